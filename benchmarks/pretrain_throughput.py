@@ -1,0 +1,171 @@
+"""Pretraining step throughput: bertzoo MaskedLM vs transformers BertForPreTraining.
+
+Both models get the same configuration, the same initial weights (copied through our converter),
+the same batches and the same AdamW settings, in one process, alternating so that machine noise
+hits both alike. Prints tokens/s for each, the ratio, and a model-FLOP utilisation figure against
+the measured peak matmul rate of this machine at the same precision. The last line is JSON.
+
+    python benchmarks/pretrain_throughput.py --quick
+    python benchmarks/pretrain_throughput.py --preset bert-base --precision bf16
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import time
+
+import torch
+
+from bertzoo.batch import IGNORE_INDEX, Batch
+from bertzoo.convert import config_to_hf, state_to_hf
+from bertzoo.model import Encoder
+from bertzoo.objectives.mlm import MaskedLM
+from bertzoo.variants.bert import model_config
+
+
+def make_batches(n: int, batch: int, seq: int, vocab: int, seed: int = 0) -> list[Batch]:
+    """Full-length NSP-style examples with 15% of tokens selected, as the collator produces."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        ids = torch.randint(5, vocab, (batch, seq), generator=g)
+        ids[:, 0] = 2
+        ids[:, -1] = 3
+        sel = torch.rand(batch, seq, generator=g) < 0.15
+        sel[:, 0] = sel[:, -1] = False
+        labels = torch.where(sel, ids, torch.full_like(ids, IGNORE_INDEX))
+        tt = torch.zeros_like(ids)
+        tt[:, seq // 2 :] = 1
+        out.append(
+            Batch(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                token_type_ids=tt,
+                labels=labels,
+                next_sentence_label=torch.randint(0, 2, (batch,), generator=g),
+            )
+        )
+    return out
+
+
+def train_flops_per_token(cfg, seq: int, mask_frac: float, full_head: bool) -> float:
+    """Model FLOPs per token of one training step (forward + backward = 3x forward matmuls)."""
+    h, i, L, v = cfg.hidden_size, cfg.intermediate_size, cfg.num_layers, cfg.vocab_size
+    per_layer = 2 * (4 * h * h + 2 * h * i) + 2 * 2 * seq * h  # projections + QK^T and AV
+    head_tokens = 1.0 if full_head else mask_frac
+    head = head_tokens * 2 * (h * h + h * v)
+    return 3 * (L * per_layer + head)
+
+
+def peak_matmul_flops(dtype: torch.dtype, device: str, n: int = 2048, reps: int = 10) -> float:
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    for _ in range(2):
+        a @ b
+    sync(device)
+    t = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    sync(device)
+    return 2 * n**3 * reps / (time.perf_counter() - t)
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="bert-mini")
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--precision", choices=["fp32", "bf16", "both"], default="both")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--quick", action="store_true", help="a run of well under a minute")
+    args = ap.parse_args()
+    if args.quick:
+        args.steps = 6
+    import transformers
+    from transformers import BertConfig, BertForPreTraining
+
+    torch.manual_seed(0)
+    cfg = model_config({"preset": args.preset, "dropout": 0.1})
+    ours = MaskedLM(Encoder(cfg)).to(args.device)
+    hf = BertForPreTraining(BertConfig(**config_to_hf(cfg), attn_implementation="sdpa")).to(args.device)
+    hf_state = state_to_hf({k: v for k, v in ours.state_dict().items()}, cfg, prefix="bert.")
+    hf.load_state_dict(hf_state, strict=False)
+    ours.train()
+    hf.train()
+    opt_kw = {"lr": 1e-4, "weight_decay": 0.01, "eps": 1e-6}
+    if args.device.startswith("cuda"):
+        opt_kw["fused"] = True
+    else:
+        opt_kw["foreach"] = True
+    opt_ours = torch.optim.AdamW(ours.parameters(), **opt_kw)
+    opt_hf = torch.optim.AdamW(hf.parameters(), **opt_kw)
+    batches = [b.to(args.device) for b in make_batches(4, args.batch, args.seq, cfg.vocab_size)]
+
+    def step_ours(b: Batch) -> None:
+        loss = ours(b).loss
+        loss.backward()
+        opt_ours.step()
+        opt_ours.zero_grad(set_to_none=True)
+
+    def step_hf(b: Batch) -> None:
+        out = hf(
+            input_ids=b.input_ids,
+            attention_mask=b.attention_mask,
+            token_type_ids=b.token_type_ids,
+            labels=b.labels,
+            next_sentence_label=b.next_sentence_label,
+        )
+        out.loss.backward()
+        opt_hf.step()
+        opt_hf.zero_grad(set_to_none=True)
+
+    precisions = ["fp32", "bf16"] if args.precision == "both" else [args.precision]
+    tokens = args.batch * args.seq
+    results: dict[str, float] = {}
+    print(f"{args.preset} seq {args.seq} batch {args.batch} on {args.device}, torch {torch.__version__}, "
+          f"transformers {transformers.__version__}, threads {torch.get_num_threads()}")
+    for prec in precisions:
+        dtype = torch.bfloat16 if prec == "bf16" else torch.float32
+        ctx = (lambda: torch.autocast(args.device.split(":")[0], dtype=torch.bfloat16)) if prec == "bf16" else (
+            contextlib.nullcontext
+        )
+        times = {"bertzoo": 0.0, "transformers": 0.0}
+        fns = {"bertzoo": step_ours, "transformers": step_hf}
+        for name, fn in fns.items():  # warm-up
+            with ctx():
+                fn(batches[0])
+        for i in range(args.steps):
+            b = batches[i % len(batches)]
+            for name in (("bertzoo", "transformers") if i % 2 == 0 else ("transformers", "bertzoo")):
+                sync(args.device)
+                t = time.perf_counter()
+                with ctx():
+                    fns[name](b)
+                sync(args.device)
+                times[name] += time.perf_counter() - t
+        peak = peak_matmul_flops(dtype, args.device)
+        tps = {k: tokens * args.steps / v for k, v in times.items()}
+        mfu_ours = tps["bertzoo"] * train_flops_per_token(cfg, args.seq, 0.15, full_head=False) / peak
+        mfu_hf = tps["transformers"] * train_flops_per_token(cfg, args.seq, 0.15, full_head=True) / peak
+        ratio = tps["bertzoo"] / tps["transformers"]
+        print(f"[{prec}] bertzoo {tps['bertzoo']:,.0f} tok/s (MFU {mfu_ours:.1%})  transformers "
+              f"{tps['transformers']:,.0f} tok/s (MFU {mfu_hf:.1%})  ratio {ratio:.2f}x  "
+              f"peak matmul {peak / 1e9:,.0f} GFLOP/s")
+        results[f"{prec}_bertzoo_tokens_per_s"] = round(tps["bertzoo"], 1)
+        results[f"{prec}_transformers_tokens_per_s"] = round(tps["transformers"], 1)
+        results[f"{prec}_ratio"] = round(ratio, 3)
+        results[f"{prec}_bertzoo_mfu"] = round(mfu_ours, 4)
+        results[f"{prec}_transformers_mfu"] = round(mfu_hf, 4)
+    print(json.dumps({"preset": args.preset, "device": args.device, **results}))
+
+
+if __name__ == "__main__":
+    main()

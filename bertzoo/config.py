@@ -1,0 +1,306 @@
+"""Typed configuration: one small dataclass per concern, JSON for models, YAML for runs.
+
+Every loader goes through `from_dict`, which rejects unknown keys and wrong types with the dotted
+key path and the allowed values in the message, so a typo never silently trains the wrong model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar, get_args, get_origin
+
+from bertzoo.errors import ConfigError
+
+Norm = Literal["post", "pre"]
+Position = Literal["learned", "sinusoidal", "none"]
+Share = Literal["none", "all", "attention", "ffn"]
+Activation = Literal["gelu", "gelu_tanh", "relu"]
+Precision = Literal["fp32", "bf16", "fp16"]
+
+
+@dataclass
+class ModelConfig:
+    """Architecture of a Transformer encoder (BERT and its family).
+
+    Names match Hugging Face's `BertConfig` where the concept is the same, so users can read one
+    as the other; `to_hf` / `from_hf` in `bertzoo.convert` translate the rest.
+    """
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_layers: int = 12
+    num_heads: int = 12
+    intermediate_size: int = 3072
+    max_position: int = 512
+    type_vocab_size: int = 2
+    # Factorized embeddings (ALBERT): None means the embedding width equals hidden_size.
+    embedding_size: int | None = None
+    hidden_act: Activation = "gelu"
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02
+    norm: Norm = "post"
+    position: Position = "learned"
+    share: Share = "none"
+    pad_token_id: int = 0
+    # Offset added to position ids (RoBERTa checkpoints start at pad_token_id + 1).
+    position_offset: int = 0
+    pooler: bool = True
+    tie_word_embeddings: bool = True
+
+    def __post_init__(self) -> None:
+        if self.hidden_size % self.num_heads:
+            raise ConfigError(
+                f"model.hidden_size={self.hidden_size} is not divisible by model.num_heads={self.num_heads}; "
+                "choose sizes where hidden_size % num_heads == 0"
+            )
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"model.{name} must be positive, got {getattr(self, name)}")
+        for name in ("dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def save(self, path: str | Path) -> None:
+        """Write as JSON (the `config.json` of a saved model)."""
+        Path(path).write_text(json.dumps({"bertzoo_version": 1, **self.to_dict()}, indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> ModelConfig:
+        """Read a `config.json` written by `save`."""
+        data = read_json(path)
+        data.pop("bertzoo_version", None)
+        data.pop("objective", None)
+        data.pop("variant", None)
+        return from_dict(cls, data, "model")
+
+
+@dataclass
+class MaskingConfig:
+    """Masked-LM corruption: which positions are selected and how they are replaced."""
+
+    mask_prob: float = 0.15  # share of non-special tokens selected for prediction
+    replace_mask: float = 0.8  # of the selected: replaced by [MASK]
+    replace_random: float = 0.1  # of the selected: replaced by a random token; the rest is kept
+    max_predictions: int | None = None  # cap per sequence (BERT used 20 at length 128)
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.mask_prob < 1.0:
+            raise ConfigError(f"data.masking.mask_prob must be in (0, 1), got {self.mask_prob}")
+        if self.replace_mask < 0 or self.replace_random < 0 or self.replace_mask + self.replace_random > 1.0:
+            raise ConfigError(
+                "data.masking.replace_mask + data.masking.replace_random must be within [0, 1], got "
+                f"{self.replace_mask} + {self.replace_random}"
+            )
+
+
+@dataclass
+class DataConfig:
+    """Where pretraining data comes from and how examples are built."""
+
+    shards: str = ""  # directory written by `bertzoo prepare`
+    max_seq_len: int = 128
+    short_seq_prob: float = 0.1  # BERT: sometimes use a shorter target length
+    nsp: bool = True
+    nsp_random_prob: float = 0.5  # share of NotNext pairs
+    masking: MaskingConfig = field(default_factory=MaskingConfig)
+    num_workers: int = 0
+    pad_to_multiple_of: int = 8
+
+
+@dataclass
+class TrainConfig:
+    """The optimisation loop shared by pretraining, fine-tuning and distillation."""
+
+    output_dir: str = "runs/pretrain"
+    seed: int = 42
+    batch_size: int = 32  # examples per micro-batch (per process)
+    grad_accum: int = 1
+    max_steps: int = 1000  # optimizer steps
+    max_minutes: float | None = None  # stop (and checkpoint) after this wall time
+    lr: float = 1e-4
+    weight_decay: float = 0.01
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_eps: float = 1e-6
+    warmup_steps: int = 0
+    warmup_ratio: float = 0.0  # used when warmup_steps is 0
+    schedule: Literal["linear", "constant", "cosine"] = "linear"
+    clip_norm: float | None = 1.0
+    precision: Precision = "fp32"
+    device: str = "auto"  # auto, cpu, cuda, cuda:1, ...
+    compile: bool = False
+    log_every: int = 10
+    save_every: int = 500
+    keep_last: int = 3
+    eval_every: int = 0
+    threads: int | None = None  # torch intra-op threads on CPU; None keeps torch's default
+
+
+@dataclass
+class PretrainConfig:
+    """A whole pretraining run, as read from `configs/pretrain/*.yaml`."""
+
+    variant: str = "bert"
+    model: dict[str, Any] = field(default_factory=dict)  # a preset name under "preset" plus overrides
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+T = TypeVar("T")
+
+
+def read_json(path: str | Path) -> dict[str, Any]:
+    """Read a JSON object, turning the usual failures into one clear error."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}; check the path")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path} is not valid JSON ({exc}); fix or regenerate the file") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a JSON object at the top level")
+    return data
+
+
+def from_dict(cls: type[T], data: dict[str, Any], path: str = "") -> T:
+    """Build dataclass `cls` from a plain dict, validating keys and types recursively."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path or cls.__name__} must be a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        where = f"{path}." if path else ""
+        raise ConfigError(
+            f"unknown config key {where}{unknown[0]}; allowed keys under {path or 'the top level'}: "
+            f"{', '.join(sorted(known))}"
+        )
+    kwargs = {name: _coerce(hints[name], value, f"{path}.{name}" if path else name) for name, value in data.items()}
+    return cls(**kwargs)
+
+
+def _coerce(tp: Any, value: Any, path: str) -> Any:
+    origin = get_origin(tp)
+    args = get_args(tp)
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        return from_dict(tp, value, path)
+    if origin is typing.Union or (origin is not None and str(origin) == "<class 'types.UnionType'>"):
+        if value is None and type(None) in args:
+            return None
+        last_error: ConfigError | None = None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(arg, value, path)
+            except ConfigError as exc:
+                last_error = exc
+        raise last_error or ConfigError(f"{path}: invalid value {value!r}")
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{path}={value!r} is not allowed; choose one of: {', '.join(map(str, args))}")
+        return value
+    if origin in (dict, list) or tp is Any:
+        expected = origin or object
+        if tp is not Any and not isinstance(value, expected):
+            raise ConfigError(f"{path} must be a {expected.__name__}, got {value!r}")
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{path} must be true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"{path} must be an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{path} must be a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{path} must be a string, got {value!r}")
+    return value
+
+
+def parse_scalar(text: str) -> Any:
+    """Parse a command-line override value the way YAML would (numbers, booleans, null, lists)."""
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Set dotted keys (`train.lr`) in a nested dict; returns the same dict."""
+    for dotted, value in overrides.items():
+        node = data
+        parts = dotted.split(".")
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"cannot override {dotted}: {part} is not a section")
+            node = child
+        node[parts[-1]] = value
+    return data
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping with clear errors."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}; check the path (examples are in configs/)")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not UTF-8 text; save it as UTF-8") from None
+    except yaml.YAMLError as exc:
+        line = getattr(getattr(exc, "problem_mark", None), "line", None)
+        where = f" at line {line + 1}" if line is not None else ""
+        raise ConfigError(f"{path} is not valid YAML{where}; fix the syntax") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping at the top level")
+    return data
+
+
+def load_pretrain_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> PretrainConfig:
+    """Read a pretraining YAML file, apply dotted overrides, validate."""
+    data = load_yaml(path) if path is not None else {}
+    apply_overrides(data, overrides or {})
+    return from_dict(PretrainConfig, data)
+
+
+def to_plain(obj: Any) -> Any:
+    """Dataclasses to nested dicts (for writing a run's resolved config)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {k: to_plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_plain(v) for v in obj]
+    return obj

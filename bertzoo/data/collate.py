@@ -1,0 +1,117 @@
+"""Collating pretraining examples into a padded, masked `Batch`, vectorised over the whole batch."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertzoo.batch import Batch
+from bertzoo.config import MaskingConfig
+from bertzoo.data.masking import Selector, mask_tokens
+from bertzoo.data.tokenizer import SpecialIds, Tokenizer
+from bertzoo.errors import ConfigError, DataError
+
+__all__ = ["PretrainingCollator", "pad_batch"]
+
+
+def pad_batch(
+    sequences: Sequence[np.ndarray], pad_id: int, pad_to_multiple_of: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
+    """Stack 1-D int sequences into (batch, length) int64 padded with `pad_id`; also the lengths.
+
+    `length` is the longest sequence rounded up to a multiple of `pad_to_multiple_of` (tensor
+    cores and fused kernels run faster on multiples of 8).
+    """
+    lengths = np.fromiter((len(s) for s in sequences), dtype=np.int64, count=len(sequences))
+    m = max(1, int(pad_to_multiple_of))
+    length = -(-int(lengths.max(initial=0)) // m) * m
+    out = np.full((len(sequences), length), pad_id, dtype=np.int64)
+    if len(sequences):
+        # One boolean scatter instead of a Python loop over rows.
+        out[np.arange(length)[None, :] < lengths[:, None]] = np.concatenate([np.asarray(s) for s in sequences])
+    return out, lengths
+
+
+class PretrainingCollator:
+    """Turns a list of example dicts (`input_ids`, optional `token_type_ids`,
+    `next_sentence_label`, and `index`/`epoch` which seed the mask) into a masked `Batch`.
+
+    The mask of an example depends only on (seed, its epoch, its index): the same example gets the
+    same mask in any batch, with any number of workers or processes.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Tokenizer | SpecialIds,
+        masking: MaskingConfig,
+        seed: int,
+        *,
+        pad_to_multiple_of: int = 8,
+        vocab_size: int | None = None,
+        selector: str | Selector = "token",
+    ) -> None:
+        if isinstance(tokenizer, Tokenizer):
+            special = tokenizer.special
+            vocab_size = tokenizer.vocab_size if vocab_size is None else vocab_size
+        else:
+            special = SpecialIds(*tokenizer)
+            if vocab_size is None:
+                raise ConfigError("PretrainingCollator needs vocab_size when given special ids instead of a tokenizer")
+        if max(special) >= vocab_size:
+            raise ConfigError(f"special token id {max(special)} is outside the vocabulary of {vocab_size}")
+        self.special = special
+        self.masking = masking
+        self.seed = int(seed)
+        self.pad_to_multiple_of = pad_to_multiple_of
+        self.vocab_size = int(vocab_size)
+        self.selector = selector
+        # A lookup table is faster than np.isin for marking special tokens in a batch.
+        self._is_special = np.zeros(self.vocab_size, dtype=bool)
+        self._is_special[list(special)] = True
+        self.replacement_ids = np.flatnonzero(~self._is_special).astype(np.int64)
+
+    def __call__(self, examples: Sequence[dict[str, Any]]) -> Batch:
+        if not examples:
+            raise DataError("cannot collate an empty list of examples")
+        try:
+            index = np.fromiter((int(e["index"]) for e in examples), dtype=np.int64, count=len(examples))
+        except KeyError:
+            raise DataError("pretraining examples need an 'index' (it seeds the mask); use NspDataset") from None
+        epoch = np.fromiter((int(e.get("epoch", 0)) for e in examples), dtype=np.int64, count=len(examples))
+        ids, lengths = pad_batch([e["input_ids"] for e in examples], self.special.pad, self.pad_to_multiple_of)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
+            raise DataError(
+                f"token id {int(ids.max())} is outside the vocabulary of {self.vocab_size}; "
+                "the shards and the tokenizer or model do not match"
+            )
+        attention = np.arange(ids.shape[1])[None, :] < lengths[:, None]
+        special_mask = self._is_special[ids] | ~attention
+        masked, labels = mask_tokens(
+            ids,
+            special_mask,
+            seed=self.seed,
+            epoch=epoch,
+            index=index,
+            config=self.masking,
+            mask_id=self.special.mask,
+            replacement_ids=self.replacement_ids,
+            selector=self.selector,
+        )
+        batch = Batch(
+            input_ids=torch.from_numpy(masked),
+            attention_mask=torch.from_numpy(attention.astype(np.int64)),
+            labels=torch.from_numpy(labels),
+            example_index=torch.from_numpy(index),
+        )
+        if "token_type_ids" in examples[0]:
+            types, _ = pad_batch([e["token_type_ids"] for e in examples], 0, self.pad_to_multiple_of)
+            batch.token_type_ids = torch.from_numpy(types)
+        else:
+            batch.token_type_ids = torch.zeros_like(batch.input_ids)
+        if "next_sentence_label" in examples[0]:
+            nsp = np.fromiter((int(e["next_sentence_label"]) for e in examples), dtype=np.int64, count=len(examples))
+            batch.next_sentence_label = torch.from_numpy(nsp)
+        return batch

@@ -1,0 +1,150 @@
+"""The encoder backbone: embeddings + Transformer stack + optional pooler. Heads live elsewhere."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from bertzoo.config import ModelConfig
+from bertzoo.errors import BertzooError
+from bertzoo.nn import Embeddings, LearnedPositions, TransformerLayer, TransformerStack, to_attention_mask
+
+
+@dataclass
+class EncoderOutput:
+    """Same field names as Hugging Face's BaseModelOutputWithPooling."""
+
+    last_hidden_state: torch.Tensor  # (batch, seq, hidden)
+    pooler_output: torch.Tensor | None = None  # (batch, hidden): tanh(W [CLS])
+    hidden_states: tuple[torch.Tensor, ...] | None = None  # embeddings + every layer
+    attentions: tuple[torch.Tensor, ...] | None = None  # (batch, heads, seq, seq) per layer
+
+
+class Pooler(nn.Module):
+    """tanh(Linear(h_[CLS])): the sentence vector BERT's NSP and classifiers read."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, hidden_size)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(hidden[:, 0]))
+
+
+class Encoder(nn.Module):
+    """A bidirectional Transformer encoder (BERT, RoBERTa, ALBERT, ELECTRA discriminator, ...)."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        c = config
+        self.embeddings = Embeddings(
+            c.vocab_size,
+            c.hidden_size,
+            embedding_size=c.embedding_size,
+            max_position=c.max_position,
+            type_vocab_size=c.type_vocab_size,
+            position=c.position,
+            position_offset=c.position_offset,
+            pad_token_id=c.pad_token_id,
+            dropout=c.dropout,
+            layer_norm_eps=c.layer_norm_eps,
+        )
+
+        def make_layer() -> TransformerLayer:
+            return TransformerLayer(
+                c.hidden_size,
+                c.num_heads,
+                c.intermediate_size,
+                dropout=c.dropout,
+                attention_dropout=c.attention_dropout,
+                act=c.hidden_act,
+                norm=c.norm,
+                layer_norm_eps=c.layer_norm_eps,
+            )
+
+        self.stack = TransformerStack(make_layer, c.num_layers, c.share)
+        # Pre-norm stacks leave the residual stream unnormalised: one final LayerNorm fixes that.
+        self.final_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps) if c.norm == "pre" else None
+        self.pooler = Pooler(c.hidden_size) if c.pooler else None
+        self.apply(lambda m: init_weights(m, c.initializer_range))
+
+    @property
+    def word_embeddings(self) -> nn.Embedding:
+        return self.embeddings.word
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        *,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> EncoderOutput:
+        """input_ids: (batch, seq). attention_mask: (batch, seq) padding mask, or a 3-D/4-D boolean
+        mask (True = may attend) for custom attention patterns."""
+        seq = input_ids.size(1)
+        if position_ids is None and seq > self.embeddings.max_position:
+            raise BertzooError(
+                f"sequence length {seq} exceeds the model's position table ({self.embeddings.max_position}); "
+                "lower data.max_seq_len or use a model with a larger max_position"
+            )
+        x = self.embeddings(input_ids, token_type_ids, position_ids)  # (batch, seq, hidden)
+        mask = to_attention_mask(attention_mask)  # (batch, 1, 1|seq, seq) bool
+        x, hidden_states, attentions = self.stack(
+            x, mask, output_hidden_states=output_hidden_states, output_attentions=output_attentions
+        )
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+            if hidden_states is not None:
+                hidden_states[-1] = x
+        pooled = self.pooler(x) if self.pooler is not None else None
+        return EncoderOutput(
+            last_hidden_state=x,
+            pooler_output=pooled,
+            hidden_states=tuple(hidden_states) if hidden_states is not None else None,
+            attentions=tuple(attentions) if attentions is not None else None,
+        )
+
+    def num_parameters(self, exclude_embeddings: bool = False) -> int:
+        """Distinct trainable parameters (shared ones counted once)."""
+        params = {id(p): p for p in self.parameters()}
+        if exclude_embeddings:
+            for p in self.embeddings.parameters():
+                params.pop(id(p), None)
+        return sum(p.numel() for p in params.values())
+
+    @classmethod
+    def from_pretrained(cls, path: str, **kwargs) -> Encoder:
+        """Load from a bertzoo directory, a Hugging Face directory, or a hub id (see bertzoo.hub)."""
+        from bertzoo.hub import load_encoder
+
+        return load_encoder(path, **kwargs)
+
+    def save_pretrained(self, directory: str) -> None:
+        """Write config.json + model.safetensors (keys without prefix)."""
+        from bertzoo.hub import save_module
+
+        save_module(self, self.config, directory)
+
+
+def init_weights(module: nn.Module, std: float) -> None:
+    """BERT's initialisation: N(0, 0.02) weights, zero biases, unit LayerNorm, zero padding row."""
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, std=std)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, std=std)
+        if module.padding_idx is not None:
+            with torch.no_grad():
+                module.weight[module.padding_idx].zero_()
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+    elif isinstance(module, LearnedPositions):
+        nn.init.normal_(module.weight, std=std)

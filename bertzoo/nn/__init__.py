@@ -1,0 +1,31 @@
+"""Model parts shared by every variant. No variant name appears here."""
+
+from bertzoo.nn.attention import CrossAttention, SelfAttention, attend
+from bertzoo.nn.embeddings import Embeddings
+from bertzoo.nn.ffn import FeedForward, activation
+from bertzoo.nn.layer import LayerOutput, Residual, TransformerLayer
+from bertzoo.nn.masks import causal_mask, combine, padding_mask, prefix_lm_mask, to_attention_mask
+from bertzoo.nn.positions import LearnedPositions, SinusoidalPositions, build_positions, sinusoid_table
+from bertzoo.nn.stack import TransformerStack
+
+__all__ = [
+    "CrossAttention",
+    "Embeddings",
+    "FeedForward",
+    "LayerOutput",
+    "LearnedPositions",
+    "Residual",
+    "SelfAttention",
+    "SinusoidalPositions",
+    "TransformerLayer",
+    "TransformerStack",
+    "activation",
+    "attend",
+    "build_positions",
+    "causal_mask",
+    "combine",
+    "padding_mask",
+    "prefix_lm_mask",
+    "sinusoid_table",
+    "to_attention_mask",
+]

@@ -1,0 +1,118 @@
+"""Multi-head attention on torch's scaled_dot_product_attention.
+
+SDPA picks a fused kernel (flash / memory-efficient / the CPU flash kernel) whenever the mask
+allows; the explicit softmax path runs only when attention probabilities are requested (for
+visualisation or distillation).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Scaled dot-product attention.
+
+    q: (batch, heads, query, head_dim); k, v: (batch, heads, key, head_dim).
+    mask: bool, broadcastable to (batch, heads, query, key), True = attend.
+    bias: additive scores (e.g. relative positions), broadcastable the same way.
+    Returns the context (batch, heads, query, head_dim) and, if asked, the probabilities.
+    """
+    if bias is not None:
+        # SDPA takes one additive mask: fold the boolean mask into the bias.
+        bias = bias.to(q.dtype)
+        attn_mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
+    else:
+        attn_mask = mask
+    if not need_weights:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p), None
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.size(-1))  # (batch, heads, query, key)
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask
+    probs = scores.float().softmax(dim=-1).to(q.dtype)
+    dropped = F.dropout(probs, p=dropout_p) if dropout_p > 0 else probs
+    return dropped @ v, probs
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention with one fused projection for queries, keys and values."""
+
+    def __init__(self, hidden_size: int, num_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
+        super().__init__()
+        if hidden_size % num_heads:
+            raise ValueError(f"hidden_size {hidden_size} is not divisible by num_heads {num_heads}")
+        self.num_heads = num_heads
+        self.head_dim = hidden_size // num_heads
+        self.dropout = dropout
+        # One (hidden -> 3*hidden) matmul instead of three: fewer kernel launches, better GEMM shapes.
+        self.qkv = nn.Linear(hidden_size, 3 * hidden_size, bias=bias)
+        self.out = nn.Linear(hidden_size, hidden_size, bias=bias)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        bias: torch.Tensor | None = None,
+        memory: torch.Tensor | None = None,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x: (batch, seq, hidden). `memory` (batch, mem, hidden) is prepended to the keys and values
+        (Transformer-XL recurrence); it is used as is, so detach it upstream if gradients must stop."""
+        b, s, h = x.shape
+        if memory is None:
+            qkv = self.qkv(x).view(b, s, 3, self.num_heads, self.head_dim)
+            q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (batch, heads, seq, head_dim)
+        else:
+            full = torch.cat([memory, x], dim=1)  # (batch, mem + seq, hidden)
+            kv_len = full.size(1)
+            qkv = self.qkv(full).view(b, kv_len, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+            q, k, v = qkv[0][:, :, -s:], qkv[1], qkv[2]
+        ctx, probs = attend(q, k, v, mask, bias, self.dropout if self.training else 0.0, need_weights)
+        ctx = ctx.transpose(1, 2).reshape(b, s, h)  # (batch, seq, hidden)
+        return self.out(ctx), probs
+
+
+class CrossAttention(nn.Module):
+    """Multi-head attention from a decoder sequence to encoder states (encoder-decoder models)."""
+
+    def __init__(
+        self, hidden_size: int, num_heads: int, dropout: float = 0.0, kv_size: int | None = None, bias: bool = True
+    ) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = hidden_size // num_heads
+        self.dropout = dropout
+        self.q = nn.Linear(hidden_size, hidden_size, bias=bias)
+        self.kv = nn.Linear(kv_size or hidden_size, 2 * hidden_size, bias=bias)
+        self.out = nn.Linear(hidden_size, hidden_size, bias=bias)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        context: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        bias: torch.Tensor | None = None,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x: (batch, query, hidden); context: (batch, key, kv_size); mask over keys."""
+        b, s, h = x.shape
+        q = self.q(x).view(b, s, self.num_heads, self.head_dim).transpose(1, 2)
+        kv = self.kv(context).view(b, context.size(1), 2, self.num_heads, self.head_dim)
+        k, v = kv.permute(2, 0, 3, 1, 4)
+        ctx, probs = attend(q, k, v, mask, bias, self.dropout if self.training else 0.0, need_weights)
+        return self.out(ctx.transpose(1, 2).reshape(b, s, h)), probs

@@ -1,0 +1,6 @@
+"""Objectives take models and a batch and return a loss with metrics."""
+
+from bertzoo.objectives.base import ObjectiveOutput
+from bertzoo.objectives.mlm import MaskedLM
+
+__all__ = ["MaskedLM", "ObjectiveOutput"]

@@ -1,0 +1,22 @@
+"""What every objective returns: a scalar loss to minimise plus detached metrics to log."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class ObjectiveOutput:
+    """Result of one objective forward pass.
+
+    `metrics` holds detached scalar tensors (e.g. `mlm_loss`, `mlm_acc`, `nsp_acc`); they stay on
+    the device so logging does not force a synchronisation every step. `counts` holds how many
+    items each metric averages over, so metrics can be combined correctly across micro-batches.
+    """
+
+    loss: torch.Tensor
+    metrics: dict[str, torch.Tensor] = field(default_factory=dict)
+    counts: dict[str, torch.Tensor] = field(default_factory=dict)
+    logits: torch.Tensor | None = None

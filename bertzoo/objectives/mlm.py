@@ -1,0 +1,97 @@
+"""Masked-LM pretraining, optionally with a sentence-pair task (NSP for BERT, SOP for ALBERT)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertzoo.batch import IGNORE_INDEX, Batch
+from bertzoo.heads import MaskedLMHead, SentencePairHead
+from bertzoo.model import Encoder, init_weights
+from bertzoo.objectives.base import ObjectiveOutput
+
+
+class MaskedLM(nn.Module):
+    """loss = mean MLM cross-entropy over masked tokens (+ mean sentence-pair cross-entropy).
+
+    The MLM head runs on masked positions only; that is the single largest saving over computing
+    vocabulary logits for every token.
+    """
+
+    def __init__(self, encoder: Encoder, *, sentence_task: str | None = "nsp") -> None:
+        super().__init__()
+        c = encoder.config
+        if sentence_task is not None and encoder.pooler is None:
+            raise ValueError(f"the {sentence_task} task reads the pooled [CLS] vector; build the encoder with pooler=True")
+        self.encoder = encoder
+        self.sentence_task = sentence_task
+        self.mlm_head = MaskedLMHead(
+            c.hidden_size,
+            c.vocab_size,
+            embedding_size=c.embedding_size,
+            act=c.hidden_act,
+            layer_norm_eps=c.layer_norm_eps,
+            tied_weight=encoder.word_embeddings.weight if c.tie_word_embeddings else None,
+        )
+        self.nsp_head = SentencePairHead(c.hidden_size) if sentence_task is not None else None
+        std = c.initializer_range
+        for m in (self.mlm_head.dense, self.mlm_head.norm, self.nsp_head):
+            if m is not None:
+                m.apply(lambda mod: init_weights(mod, std))
+        if not c.tie_word_embeddings:  # a tied decoder already holds the embedding table
+            init_weights(self.mlm_head.decoder, std)
+        nn.init.zeros_(self.mlm_head.decoder.bias)
+
+    @property
+    def config(self):
+        return self.encoder.config
+
+    def forward(self, batch: Batch) -> ObjectiveOutput:
+        out = self.encoder(batch.input_ids, batch.attention_mask, batch.token_type_ids)
+        hidden = out.last_hidden_state  # (batch, seq, hidden)
+        labels = batch.labels
+        selected = labels != IGNORE_INDEX  # (batch, seq) bool
+        targets = labels[selected]  # (num_masked,)
+        logits = self.mlm_head(hidden, selected).float()  # (num_masked, vocab)
+        if targets.numel() > 0:
+            mlm_loss = F.cross_entropy(logits, targets)
+        else:  # a batch with nothing masked still has a graph, so backward() works everywhere
+            mlm_loss = hidden.sum() * 0.0
+        n_masked = torch.tensor(targets.numel(), device=hidden.device)
+        with torch.no_grad():
+            mlm_acc = (logits.argmax(-1) == targets).float().mean() if targets.numel() else mlm_loss.detach() * 0
+        metrics = {"mlm_loss": mlm_loss.detach(), "mlm_acc": mlm_acc}
+        counts = {"mlm_loss": n_masked, "mlm_acc": n_masked}
+        loss = mlm_loss
+        if self.nsp_head is not None and batch.next_sentence_label is not None:
+            name = self.sentence_task
+            nsp_logits = self.nsp_head(out.pooler_output).float()  # (batch, 2)
+            nsp_loss = F.cross_entropy(nsp_logits, batch.next_sentence_label)
+            loss = loss + nsp_loss
+            n = torch.tensor(nsp_logits.size(0), device=hidden.device)
+            with torch.no_grad():
+                metrics[f"{name}_loss"] = nsp_loss.detach()
+                metrics[f"{name}_acc"] = (nsp_logits.argmax(-1) == batch.next_sentence_label).float().mean()
+            counts[f"{name}_loss"] = n
+            counts[f"{name}_acc"] = n
+        metrics["loss"] = loss.detach()
+        counts["loss"] = torch.tensor(1, device=hidden.device)
+        return ObjectiveOutput(loss=loss, metrics=metrics, counts=counts)
+
+    def save_pretrained(self, directory: str) -> None:
+        """config.json + model.safetensors with `encoder.`, `mlm_head.` and `nsp_head.` keys."""
+        from bertzoo.hub import save_module
+
+        save_module(self, self.encoder.config, directory, extra={"objective": self.objective_name})
+
+    @property
+    def objective_name(self) -> str:
+        return "mlm" if self.sentence_task is None else f"mlm+{self.sentence_task}"
+
+    @classmethod
+    def from_pretrained(cls, path: str) -> MaskedLM:
+        """Load a checkpoint written by `save_pretrained` (or an HF BertForPreTraining directory)."""
+        from bertzoo.hub import load_pretraining
+
+        return load_pretraining(path)

@@ -1,0 +1,127 @@
+"""AdamW with BERT's weight-decay exclusions, and the learning-rate schedules."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
+
+from bertzoo.config import TrainConfig
+from bertzoo.errors import ConfigError
+
+SCHEDULES = ("linear", "constant", "cosine")
+
+
+def _is_norm(module: nn.Module) -> bool:
+    # Custom norms written by the model team (e.g. an RMSNorm or a LayerNorm subclass) are matched by
+    # name so they are excluded from decay without this module importing bertzoo.nn.
+    if isinstance(module, (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._BatchNorm)):
+        return True
+    name = type(module).__name__.lower()
+    return "layernorm" in name or "rmsnorm" in name
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Split trainable parameters into a decayed and a non-decayed group.
+
+    Biases, normalisation weights and every other 1-D parameter get no decay; matrices, including the
+    word embeddings, are decayed as in BERT. A parameter shared by several modules (tied embeddings)
+    appears once. Each group carries `param_names` for inspection; empty groups are left out.
+    """
+    norm_params: set[int] = set()
+    for module in model.modules():
+        if _is_norm(module):
+            norm_params.update(id(p) for p in module.parameters(recurse=False))
+
+    seen: set[int] = set()
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
+    decay_names: list[str] = []
+    no_decay_names: list[str] = []
+    # remove_duplicate=False then dedupe by identity: the first name wins, so the names are stable.
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if not p.requires_grad or id(p) in seen:
+            continue
+        seen.add(id(p))
+        if p.ndim <= 1 or name.endswith("bias") or id(p) in norm_params:
+            no_decay.append(p)
+            no_decay_names.append(name)
+        else:
+            decay.append(p)
+            decay_names.append(name)
+    groups = [
+        {"params": decay, "weight_decay": weight_decay, "param_names": decay_names},
+        {"params": no_decay, "weight_decay": 0.0, "param_names": no_decay_names},
+    ]
+    return [g for g in groups if g["params"]]
+
+
+def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW over `param_groups(model, cfg.weight_decay)`; fused kernels on CUDA, foreach elsewhere."""
+    groups = param_groups(model, cfg.weight_decay)
+    if not groups:
+        raise ConfigError("the model has no trainable parameters; check requires_grad / frozen layers")
+    if cfg.lr <= 0:
+        raise ConfigError(f"train.lr must be positive, got {cfg.lr}")
+    on_cuda = all(p.is_cuda for g in groups for p in g["params"])
+    impl: dict[str, bool] = {"fused": True} if on_cuda else {"foreach": True}
+    return torch.optim.AdamW(
+        groups,
+        lr=cfg.lr,
+        betas=(cfg.adam_beta1, cfg.adam_beta2),
+        eps=cfg.adam_eps,
+        weight_decay=cfg.weight_decay,
+        **impl,
+    )
+
+
+def warmup_steps_for(cfg: TrainConfig, total_steps: int) -> int:
+    """Warmup length: `warmup_steps` if set, else `warmup_ratio * total_steps` rounded up."""
+    if cfg.warmup_steps < 0 or not 0.0 <= cfg.warmup_ratio <= 1.0:
+        raise ConfigError(
+            f"train.warmup_steps must be >= 0 and train.warmup_ratio in [0, 1], got "
+            f"{cfg.warmup_steps} and {cfg.warmup_ratio}"
+        )
+    if cfg.warmup_steps > 0:
+        return cfg.warmup_steps
+    return math.ceil(cfg.warmup_ratio * total_steps)
+
+
+def lr_factor(step: int, *, schedule: str, warmup: int, total: int) -> float:
+    """Multiplier of the peak learning rate used by optimizer step `step` (0-based).
+
+    Warmup is linear from 0 (the convention of BERT and Hugging Face's schedulers, so curves are
+    comparable); afterwards "linear" decays to 0 at `total`, "cosine" follows half a cosine to 0
+    and "constant" stays at 1.
+    """
+    if step < warmup:
+        return step / warmup
+    if schedule == "constant":
+        return 1.0
+    progress = (step - warmup) / max(1, total - warmup)
+    progress = min(1.0, max(0.0, progress))
+    if schedule == "linear":
+        return 1.0 - progress
+    if schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+    raise ConfigError(f"train.schedule={schedule!r} is not allowed; choose one of: {', '.join(SCHEDULES)}")
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig, total_steps: int) -> LambdaLR:
+    """LambdaLR with linear warmup then `cfg.schedule` ("linear", "constant" or "cosine")."""
+    if total_steps < 1:
+        raise ConfigError(f"total training steps must be >= 1, got {total_steps}; raise train.max_steps")
+    if cfg.schedule not in SCHEDULES:
+        raise ConfigError(f"train.schedule={cfg.schedule!r} is not allowed; choose one of: {', '.join(SCHEDULES)}")
+    warmup = warmup_steps_for(cfg, total_steps)
+    schedule = cfg.schedule
+
+    # A closure (not a callable object) keeps the scheduler's state_dict free of custom objects, so it
+    # round-trips through torch.load(weights_only=True).
+    def factor(step: int) -> float:
+        return lr_factor(step, schedule=schedule, warmup=warmup, total=total_steps)
+
+    return LambdaLR(optimizer, factor)

@@ -1,0 +1,146 @@
+"""A batch sampler whose order depends only on (seed, epoch, position), so runs resume exactly.
+
+Each epoch shuffles all examples with a generator seeded from (seed, epoch). The permutation is cut
+into *global* batches of `batch_size * world_size` consecutive indices and rank r takes the r-th
+slice of each. The position saved in a checkpoint is (epoch, examples of the permutation consumed),
+which means the same thing for any world size, so a run can resume on a different number of
+processes and still see every example of the epoch exactly once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from bertzoo.errors import CheckpointError, ConfigError
+
+
+def epoch_permutation(num_examples: int, seed: int, epoch: int, shuffle: bool = True) -> np.ndarray:
+    """The example order of one epoch (identity when `shuffle` is false)."""
+    if not shuffle:
+        return np.arange(num_examples, dtype=np.int64)
+    # SeedSequence mixes the (seed, epoch) pair properly; seed + epoch would make run (s, e+1) equal
+    # to run (s+1, e).
+    rng = np.random.default_rng([seed, epoch])
+    return rng.permutation(num_examples).astype(np.int64)
+
+
+class ResumableBatchSampler:
+    """Yields this rank's lists of example indices for the current epoch, from the saved position on.
+
+    Call `set_epoch(e)` before iterating epoch e (it rewinds to the epoch start); `state_dict()` /
+    `load_state_dict()` save and restore the position; `skip(n)` drops n global batches. With
+    `drop_last=False` the last global batch is short for a single process, and padded by wrapping
+    around the permutation when `world_size > 1` so every rank gets a full batch (DDP needs equal
+    step counts on all ranks).
+    """
+
+    def __init__(
+        self,
+        num_examples: int,
+        batch_size: int,
+        *,
+        seed: int,
+        shuffle: bool = True,
+        drop_last: bool = True,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
+        if num_examples < 1:
+            raise ConfigError("the training dataset is empty; check the data path or the preparation step")
+        if batch_size < 1:
+            raise ConfigError(f"train.batch_size must be >= 1, got {batch_size}")
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ConfigError(f"rank {rank} is not within world size {world_size}; fix the launcher")
+        global_batch = batch_size * world_size
+        if drop_last and num_examples < global_batch:
+            raise ConfigError(
+                f"the dataset has {num_examples} examples, fewer than one global batch of {global_batch} "
+                f"(batch_size {batch_size} x {world_size} processes); lower train.batch_size or add data"
+            )
+        self.num_examples = num_examples
+        self.batch_size = batch_size
+        self.seed = seed
+        self.shuffle = shuffle
+        self.drop_last = drop_last
+        self.rank = rank
+        self.world_size = world_size
+        self.epoch = 0
+        self.offset = 0  # entries of this epoch's permutation consumed, by all ranks together
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.batch_size * self.world_size
+
+    def _end(self) -> int:
+        """Offset after the last batch of the epoch (drop_last leaves the tail out)."""
+        if self.drop_last:
+            return self.offset + (self.num_examples - self.offset) // self.global_batch_size * self.global_batch_size
+        return self.num_examples
+
+    def __len__(self) -> int:
+        """Batches left in the current epoch from the current position."""
+        remaining = max(0, self._end() - self.offset)
+        return -(-remaining // self.global_batch_size)
+
+    @property
+    def exhausted(self) -> bool:
+        """True when no batch of the current epoch is left (the next epoch should be selected)."""
+        return self.offset >= self._end()
+
+    def batches_per_epoch(self) -> int:
+        """Batches in a whole epoch started from its beginning."""
+        gb = self.global_batch_size
+        return self.num_examples // gb if self.drop_last else -(-self.num_examples // gb)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch to draw next and rewind to its beginning."""
+        self.epoch = int(epoch)
+        self.offset = 0
+
+    def skip(self, n: int) -> None:
+        """Drop the next `n` global batches of the current epoch (without producing them)."""
+        if n < 0:
+            raise ValueError("skip count must be >= 0")
+        self.offset = min(self.num_examples, self.offset + n * self.global_batch_size)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Position as plain JSON-able values (independent of world size)."""
+        return {"seed": self.seed, "epoch": self.epoch, "offset": self.offset, "num_examples": self.num_examples}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a position saved by `state_dict` (possibly by a run with another world size)."""
+        try:
+            num, epoch, offset, seed = (int(state[k]) for k in ("num_examples", "epoch", "offset", "seed"))
+        except (KeyError, TypeError, ValueError):
+            raise CheckpointError(
+                f"sampler state {state!r} is malformed; resume from another checkpoint or start fresh"
+            ) from None
+        if num != self.num_examples:
+            raise CheckpointError(
+                f"the checkpoint was taken on a dataset of {num} examples but this one has "
+                f"{self.num_examples}; resume with the same data or start a fresh run"
+            )
+        if not 0 <= offset <= num:
+            raise CheckpointError(f"sampler offset {offset} is outside 0..{num}; the checkpoint is corrupted")
+        # The saved seed wins: a run resumes with the data order it started with.
+        self.seed, self.epoch, self.offset = seed, epoch, offset
+
+    def __iter__(self) -> Iterator[list[int]]:
+        # An epoch already consumed to its end starts again from the beginning (plain-sampler behaviour
+        # when set_epoch is not called). The DataLoader may run ahead of the training loop, so the loop
+        # tracks the position of batches it actually consumed rather than relying on `self.offset`.
+        if self.exhausted and self.offset > 0:
+            self.offset = 0
+        perm = epoch_permutation(self.num_examples, self.seed, self.epoch, self.shuffle)
+        gb = self.global_batch_size
+        end = self._end()
+        while self.offset < end:
+            chunk = perm[self.offset : self.offset + gb]
+            if len(chunk) < gb and self.world_size > 1:
+                chunk = np.concatenate([chunk, np.resize(perm, gb - len(chunk))])
+            self.offset = min(self.offset + gb, self.num_examples)
+            mine = chunk[self.rank * self.batch_size : (self.rank + 1) * self.batch_size]
+            yield mine.tolist()

@@ -1,0 +1,102 @@
+"""Optimizer parameter groups and learning-rate schedules."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from bertzoo.config import TrainConfig
+from bertzoo.errors import ConfigError
+from bertzoo.train.optim import build_optimizer, build_scheduler, param_groups
+
+
+class RMSNormLike(nn.Module):
+    """A custom norm class (matched by name) with a 2-D-looking weight would still be excluded."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(1, dim))
+
+
+class Tiny(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+        self.norm = nn.LayerNorm(4)
+        self.rms = RMSNormLike(4)
+        self.lin = nn.Linear(4, 4)
+        self.head = nn.Linear(4, 10, bias=True)
+        self.head.weight = self.emb.weight  # tied: must appear once
+        self.scale = nn.Parameter(torch.ones(4))  # 1-D, not a bias or norm
+        self.frozen = nn.Linear(4, 4)
+        self.frozen.requires_grad_(False)
+
+
+def test_param_groups_split_and_dedupe() -> None:
+    model = Tiny()
+    groups = param_groups(model, weight_decay=0.01)
+    assert [g["weight_decay"] for g in groups] == [0.01, 0.0]
+    decay, no_decay = (set(g["param_names"]) for g in groups)
+    assert decay == {"emb.weight", "lin.weight"}
+    assert no_decay == {"norm.weight", "norm.bias", "rms.weight", "lin.bias", "head.bias", "scale"}
+    ids = [id(p) for g in groups for p in g["params"]]
+    assert len(ids) == len(set(ids))  # the tied embedding is not listed twice
+    trainable = {id(p) for p in model.parameters() if p.requires_grad}
+    assert set(ids) == trainable  # frozen parameters are left out, nothing else is
+
+
+def test_build_optimizer_uses_config() -> None:
+    cfg = TrainConfig(lr=3e-4, weight_decay=0.1, adam_beta1=0.8, adam_beta2=0.95, adam_eps=1e-8)
+    opt = build_optimizer(Tiny(), cfg)
+    assert isinstance(opt, torch.optim.AdamW)
+    for g in opt.param_groups:
+        assert g["lr"] == 3e-4 and g["betas"] == (0.8, 0.95) and g["eps"] == 1e-8
+        assert g["foreach"] is True  # CPU parameters
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.1, 0.0]
+
+
+def _lrs(cfg: TrainConfig, total: int) -> list[float]:
+    p = nn.Parameter(torch.zeros(2, 2))
+    opt = torch.optim.SGD([p], lr=cfg.lr)
+    sched = build_scheduler(opt, cfg, total)
+    lrs = []
+    for _ in range(total + 1):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    return lrs
+
+
+def test_linear_schedule_values() -> None:
+    lrs = _lrs(TrainConfig(lr=1.0, warmup_steps=10, schedule="linear"), total=100)
+    # warmup s/10, then (100 - s)/90
+    expected = {0: 0.0, 5: 0.5, 10: 1.0, 55: 0.5, 91: 1 / 10, 100: 0.0}
+    for step, value in expected.items():
+        assert lrs[step] == pytest.approx(value), step
+
+
+def test_warmup_ratio_and_cosine() -> None:
+    lrs = _lrs(TrainConfig(lr=2.0, warmup_steps=0, warmup_ratio=0.2, schedule="cosine"), total=50)
+    # warmup = ceil(0.2 * 50) = 10; cosine over the remaining 40 steps
+    assert lrs[5] == pytest.approx(1.0)
+    assert lrs[10] == pytest.approx(2.0)
+    assert lrs[30] == pytest.approx(2.0 * 0.5 * (1 + math.cos(math.pi * 0.5)))
+    assert lrs[40] == pytest.approx(2.0 * 0.5 * (1 + math.cos(math.pi * 0.75)))
+    assert lrs[50] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_constant_schedule() -> None:
+    lrs = _lrs(TrainConfig(lr=0.5, warmup_steps=4, schedule="constant"), total=20)
+    assert lrs[:5] == pytest.approx([0.0, 0.125, 0.25, 0.375, 0.5])
+    assert lrs[5:] == pytest.approx([0.5] * 16)
+
+
+def test_bad_schedule_settings() -> None:
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    with pytest.raises(ConfigError, match="schedule"):
+        build_scheduler(opt, TrainConfig(schedule="exp"), 10)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="max_steps"):
+        build_scheduler(opt, TrainConfig(), 0)
