@@ -130,21 +130,25 @@ def main() -> None:
     precisions = ["fp32", "bf16"] if args.precision == "both" else [args.precision]
     tokens = args.batch * args.seq
     results: dict[str, float] = {}
-    print(f"{args.preset} seq {args.seq} batch {args.batch} on {args.device}, torch {torch.__version__}, "
-          f"transformers {transformers.__version__}, threads {torch.get_num_threads()}")
+    print(
+        f"{args.preset} seq {args.seq} batch {args.batch} on {args.device}, torch {torch.__version__}, "
+        f"transformers {transformers.__version__}, threads {torch.get_num_threads()}"
+    )
     for prec in precisions:
         dtype = torch.bfloat16 if prec == "bf16" else torch.float32
-        ctx = (lambda: torch.autocast(args.device.split(":")[0], dtype=torch.bfloat16)) if prec == "bf16" else (
-            contextlib.nullcontext
+        ctx = (
+            (lambda: torch.autocast(args.device.split(":")[0], dtype=torch.bfloat16))
+            if prec == "bf16"
+            else (contextlib.nullcontext)
         )
         times = {"bertzoo": 0.0, "transformers": 0.0}
         fns = {"bertzoo": step_ours, "transformers": step_hf}
-        for name, fn in fns.items():  # warm-up
+        for fn in fns.values():  # warm-up
             with ctx():
                 fn(batches[0])
         for i in range(args.steps):
             b = batches[i % len(batches)]
-            for name in (("bertzoo", "transformers") if i % 2 == 0 else ("transformers", "bertzoo")):
+            for name in ("bertzoo", "transformers") if i % 2 == 0 else ("transformers", "bertzoo"):
                 sync(args.device)
                 t = time.perf_counter()
                 with ctx():
@@ -156,9 +160,11 @@ def main() -> None:
         mfu_ours = tps["bertzoo"] * train_flops_per_token(cfg, args.seq, 0.15, full_head=False) / peak
         mfu_hf = tps["transformers"] * train_flops_per_token(cfg, args.seq, 0.15, full_head=True) / peak
         ratio = tps["bertzoo"] / tps["transformers"]
-        print(f"[{prec}] bertzoo {tps['bertzoo']:,.0f} tok/s (MFU {mfu_ours:.1%})  transformers "
-              f"{tps['transformers']:,.0f} tok/s (MFU {mfu_hf:.1%})  ratio {ratio:.2f}x  "
-              f"peak matmul {peak / 1e9:,.0f} GFLOP/s")
+        print(
+            f"[{prec}] bertzoo {tps['bertzoo']:,.0f} tok/s (MFU {mfu_ours:.1%})  transformers "
+            f"{tps['transformers']:,.0f} tok/s (MFU {mfu_hf:.1%})  ratio {ratio:.2f}x  "
+            f"peak matmul {peak / 1e9:,.0f} GFLOP/s"
+        )
         results[f"{prec}_bertzoo_tokens_per_s"] = round(tps["bertzoo"], 1)
         results[f"{prec}_transformers_tokens_per_s"] = round(tps["transformers"], 1)
         results[f"{prec}_ratio"] = round(ratio, 3)

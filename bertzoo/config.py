@@ -118,6 +118,8 @@ class DataConfig:
     masking: MaskingConfig = field(default_factory=MaskingConfig)
     num_workers: int = 0
     pad_to_multiple_of: int = 8
+    eval_shards: str = ""  # held-out shards for MLM evaluation every train.eval_every steps
+    eval_batches: int = 20  # batches of train.batch_size evaluated (a fixed set: same masks each time)
 
 
 @dataclass

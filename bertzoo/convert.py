@@ -61,9 +61,7 @@ def config_from_hf(raw: dict[str, Any]) -> ModelConfig:
     """ModelConfig from a Hugging Face BertConfig dict."""
     model_type = raw.get("model_type")
     if model_type != "bert":
-        raise CheckpointError(
-            f"Hugging Face model_type {model_type!r} is not supported yet; supported: bert"
-        )
+        raise CheckpointError(f"Hugging Face model_type {model_type!r} is not supported yet; supported: bert")
     act = raw.get("hidden_act", "gelu")
     if act not in _HF_ACT:
         raise CheckpointError(f"activation {act!r} in the Hugging Face config is not supported")

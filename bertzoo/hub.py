@@ -37,7 +37,9 @@ def _replace_atomically(write, target: Path) -> None:
         raise
 
 
-def save_module(module: nn.Module, config: ModelConfig, directory: str | Path, extra: dict[str, Any] | None = None) -> None:
+def save_module(
+    module: nn.Module, config: ModelConfig, directory: str | Path, extra: dict[str, Any] | None = None
+) -> None:
     """Write `config.json` and `model.safetensors` (tied tensors stored once) into `directory`."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -68,8 +70,9 @@ def resolve(path: str | Path) -> Path:
         try:
             return Path(snapshot_download(text, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"]))
         except Exception as exc:  # network or hub errors arrive in many types
-            raise CheckpointError(f"could not fetch {path} from the hub ({type(exc).__name__}); "
-                                  "download it and pass the local directory") from None
+            raise CheckpointError(
+                f"could not fetch {path} from the hub ({type(exc).__name__}); download it and pass the local directory"
+            ) from None
     raise CheckpointError(f"model directory not found: {path}; check the path")
 
 
@@ -80,7 +83,9 @@ def load_weights(directory: Path) -> dict[str, torch.Tensor]:
         try:
             return load_file(st)
         except (SafetensorError, OSError) as exc:
-            raise CheckpointError(f"{st} is not a readable safetensors file ({exc}); re-save or re-download it") from None
+            raise CheckpointError(
+                f"{st} is not a readable safetensors file ({exc}); re-save or re-download it"
+            ) from None
     binary = directory / "pytorch_model.bin"
     if binary.is_file():
         try:
@@ -126,8 +131,10 @@ def load_into(module: nn.Module, state: dict[str, torch.Tensor], *, source: str 
     if mismatched:
         problems.append(f"shape mismatches: {', '.join(mismatched[:8])}{' ...' if len(mismatched) > 8 else ''}")
     if problems:
-        raise CheckpointError(f"{source} does not match the model ({'; '.join(problems)}); "
-                              "check that config.json belongs to these weights")
+        raise CheckpointError(
+            f"{source} does not match the model ({'; '.join(problems)}); "
+            "check that config.json belongs to these weights"
+        )
     module.load_state_dict(state, strict=False)
 
 
@@ -160,7 +167,7 @@ def load_encoder(path: str | Path) -> nn.Module:
     directory = resolve(path)
     _, config, state = _load_state(directory)
     encoder = Encoder(config)
-    enc_state = {k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")}
+    enc_state = {k[len("encoder.") :]: v for k, v in state.items() if k.startswith("encoder.")}
     if "pooler.dense.weight" not in enc_state and config.pooler:
         # Checkpoints without a pooler (e.g. sentence-transformers exports) load without one.
         config.pooler = False
@@ -193,7 +200,12 @@ def export_hf(module: nn.Module, directory: str | Path) -> Path:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     if isinstance(module, Encoder):
-        config, state, prefix, arch = module.config, {f"encoder.{k}": v for k, v in module.state_dict().items()}, "", "BertModel"
+        config, state, prefix, arch = (
+            module.config,
+            {f"encoder.{k}": v for k, v in module.state_dict().items()},
+            "",
+            "BertModel",
+        )
     else:
         config, state, prefix = module.config, module.state_dict(), "bert."
         arch = "BertForPreTraining" if getattr(module, "nsp_head", None) is not None else "BertForMaskedLM"

@@ -25,8 +25,14 @@ def inputs(vocab, seed=0):
 
 def tiny_hf(cls_name="BertForPreTraining", seed=0):
     torch.manual_seed(seed)
-    cfg = transformers.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                  intermediate_size=64, max_position_embeddings=64)
+    cfg = transformers.BertConfig(
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     return getattr(transformers, cls_name)(cfg).eval()
 
 
@@ -46,10 +52,12 @@ def test_import_tiny_random_bert(tmp_path, cls_name):
         model = load_pretraining(tmp_path).eval()
         with torch.no_grad():
             out = model.encoder(ids, am, tt)
-            torch.testing.assert_close(model.mlm_head(out.last_hidden_state, sel), ref.prediction_logits[sel],
-                                       atol=1e-5, rtol=0)
-            torch.testing.assert_close(model.nsp_head(out.pooler_output), ref.seq_relationship_logits,
-                                       atol=1e-5, rtol=0)
+            torch.testing.assert_close(
+                model.mlm_head(out.last_hidden_state, sel), ref.prediction_logits[sel], atol=1e-5, rtol=0
+            )
+            torch.testing.assert_close(
+                model.nsp_head(out.pooler_output), ref.seq_relationship_logits, atol=1e-5, rtol=0
+            )
 
 
 def test_import_checkpoint_with_pytorch_bin(tmp_path):
@@ -84,8 +92,12 @@ def test_export_reloads_in_transformers(tmp_path):
     enc_dir = export_hf(model.encoder, tmp_path / "enc")
     reloaded = transformers.AutoModel.from_pretrained(enc_dir).eval()
     with torch.no_grad():
-        torch.testing.assert_close(reloaded(input_ids=ids, attention_mask=am).pooler_output,
-                                   model.encoder(ids, am).pooler_output, atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            reloaded(input_ids=ids, attention_mask=am).pooler_output,
+            model.encoder(ids, am).pooler_output,
+            atol=1e-5,
+            rtol=0,
+        )
 
 
 def minilm_dir() -> Path:
@@ -100,8 +112,11 @@ def test_real_minilm_matches_transformers():
     ref = transformers.BertModel.from_pretrained(path).eval()
     ours = load_encoder(path).eval()
     tok = transformers.BertTokenizerFast.from_pretrained(path)
-    enc = tok(["The Academy Awards are given each year.", "Paris is the capital of France, on the Seine."],
-              padding=True, return_tensors="pt")
+    enc = tok(
+        ["The Academy Awards are given each year.", "Paris is the capital of France, on the Seine."],
+        padding=True,
+        return_tensors="pt",
+    )
     with torch.no_grad():
         a = ref(**enc, output_hidden_states=True)
         b = ours(enc["input_ids"], enc["attention_mask"], enc["token_type_ids"], output_hidden_states=True)

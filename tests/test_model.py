@@ -10,7 +10,6 @@ from bertzoo.config import ModelConfig
 from bertzoo.errors import BertzooError, CheckpointError, ConfigError
 from bertzoo.hub import load_encoder, load_pretraining
 from bertzoo.model import Encoder
-from bertzoo.objectives.mlm import MaskedLM
 from bertzoo.variants import VARIANTS, get_variant, preset_names
 from bertzoo.variants.bert import PRESETS, build, model_config
 
@@ -25,8 +24,13 @@ def tiny_batch(vocab=97, b=3, s=12, seed=0):
     labels = torch.full_like(ids, IGNORE_INDEX)
     labels[:, 2] = ids[:, 2]
     labels[1:, 5] = ids[1:, 5]
-    return Batch(input_ids=ids, attention_mask=am, token_type_ids=torch.zeros_like(ids), labels=labels,
-                 next_sentence_label=torch.tensor([0, 1, 0]))
+    return Batch(
+        input_ids=ids,
+        attention_mask=am,
+        token_type_ids=torch.zeros_like(ids),
+        labels=labels,
+        next_sentence_label=torch.tensor([0, 1, 0]),
+    )
 
 
 def published_count(preset):
@@ -51,8 +55,16 @@ def test_every_preset_builds_and_trains_a_step():
     for variant in VARIANTS.values():
         for name in variant.PRESETS:
             # Keep the shape of each preset but shrink widths so the test is fast.
-            cfg = variant.model_config({"preset": name, "vocab_size": 97, "hidden_size": 32, "num_heads": 4,
-                                        "intermediate_size": 64, "num_layers": 2})
+            cfg = variant.model_config(
+                {
+                    "preset": name,
+                    "vocab_size": 97,
+                    "hidden_size": 32,
+                    "num_heads": 4,
+                    "intermediate_size": 64,
+                    "num_layers": 2,
+                }
+            )
             model = variant.build(cfg)
             out = model(tiny_batch())
             out.loss.backward()

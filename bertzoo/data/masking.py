@@ -9,7 +9,6 @@ always gets the same mask however it is batched.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -29,7 +28,6 @@ __all__ = [
     "mask_tokens",
     "num_to_select",
     "rank_select",
-    "register_selector",
     "select_tokens",
 ]
 
@@ -50,19 +48,6 @@ class Selector(Protocol):
         mask_prob: float,
         max_predictions: int | None = None,
     ) -> np.ndarray: ...
-
-
-SELECTORS: dict[str, Selector] = {}
-
-
-def register_selector(name: str) -> Callable[[Selector], Selector]:
-    """Decorator adding a selection strategy to `SELECTORS` under `name`."""
-
-    def deco(fn: Selector) -> Selector:
-        SELECTORS[name] = fn
-        return fn
-
-    return deco
 
 
 def num_to_select(num_candidates: np.ndarray, mask_prob: float, max_predictions: int | None = None) -> np.ndarray:
@@ -88,7 +73,6 @@ def rank_select(keys: np.ndarray, candidates: np.ndarray, k: np.ndarray) -> np.n
     return (ranks < np.asarray(k)[:, None]) & candidates
 
 
-@register_selector("token")
 def select_tokens(
     input_ids: np.ndarray,
     special_mask: np.ndarray,
@@ -104,6 +88,12 @@ def select_tokens(
     candidates = ~np.asarray(special_mask, dtype=bool)
     k = num_to_select(candidates.sum(-1), mask_prob, max_predictions)
     return rank_select(np.asarray(rng_uniform), candidates, k)
+
+
+# Every selection strategy by config name, listed explicitly (later: whole word, span, entity).
+SELECTORS: dict[str, Selector] = {
+    "token": select_tokens,
+}
 
 
 def corrupt(
@@ -138,7 +128,9 @@ def corrupt(
     replacement_ids = np.asarray(replacement_ids)
     out = np.where(to_mask, mask_id, input_ids)
     if to_random.any():
-        pick = np.minimum((np.asarray(u_token)[to_random] * len(replacement_ids)).astype(np.int64), len(replacement_ids) - 1)
+        pick = np.minimum(
+            (np.asarray(u_token)[to_random] * len(replacement_ids)).astype(np.int64), len(replacement_ids) - 1
+        )
         out[to_random] = replacement_ids[pick]
     labels = np.where(selected, input_ids, IGNORE_INDEX)
     return out.astype(input_ids.dtype, copy=False), labels.astype(np.int64, copy=False)

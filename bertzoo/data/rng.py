@@ -54,8 +54,9 @@ def stream_id(stream: int | str) -> int:
     return int(stream) & _MASK64
 
 
-def hash64(seed: int | np.ndarray, epoch: int | np.ndarray, index: int | np.ndarray,
-           stream: int | str = 0) -> np.ndarray:
+def hash64(
+    seed: int | np.ndarray, epoch: int | np.ndarray, index: int | np.ndarray, stream: int | str = 0
+) -> np.ndarray:
     """The 64-bit key of (seed, epoch, index, stream); arrays broadcast."""
     with np.errstate(over="ignore"):
         h = _mix(_u64(seed) + _PART[0])
@@ -72,8 +73,13 @@ def _bits(seed, epoch, index, pos, stream) -> np.ndarray:
         return _mix(k + (_u64(pos) + np.uint64(1)) * _GOLDEN)
 
 
-def uniform(seed: int | np.ndarray, epoch: int | np.ndarray, index: int | np.ndarray,
-            pos: int | np.ndarray, stream: int | str = 0) -> np.ndarray:
+def uniform(
+    seed: int | np.ndarray,
+    epoch: int | np.ndarray,
+    index: int | np.ndarray,
+    pos: int | np.ndarray,
+    stream: int | str = 0,
+) -> np.ndarray:
     """Uniform float64 in [0, 1) for every broadcast (seed, epoch, index, pos) under `stream`.
 
     Typical use: `uniform(seed, epoch, index[:, None], np.arange(seq_len)[None, :], "select")`.
@@ -81,8 +87,14 @@ def uniform(seed: int | np.ndarray, epoch: int | np.ndarray, index: int | np.nda
     return (_bits(seed, epoch, index, pos, stream) >> _S11).astype(np.float64) * _TO_UNIT
 
 
-def integers(seed: int | np.ndarray, epoch: int | np.ndarray, index: int | np.ndarray,
-             pos: int | np.ndarray, high: int | np.ndarray, stream: int | str = 0) -> np.ndarray:
+def integers(
+    seed: int | np.ndarray,
+    epoch: int | np.ndarray,
+    index: int | np.ndarray,
+    pos: int | np.ndarray,
+    high: int | np.ndarray,
+    stream: int | str = 0,
+) -> np.ndarray:
     """Integers uniform in [0, high) (int64), keyed like `uniform`; bias is below high / 2**53."""
     u = uniform(seed, epoch, index, pos, stream)
     return np.minimum(np.floor(u * high), np.asarray(high) - 1).astype(np.int64)

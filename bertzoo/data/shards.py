@@ -47,7 +47,8 @@ _NPY_HEADER_LEN = 128  # fixed, so the header can be rewritten in place once the
 
 def _npy_header(dtype: np.dtype, length: int) -> bytes:
     """A version 1.0 .npy header for a 1-D array, padded to exactly 128 bytes."""
-    d = f"{{'descr': '{np.lib.format.dtype_to_descr(np.dtype(dtype))}', 'fortran_order': False, 'shape': ({length},), }}"
+    descr = np.lib.format.dtype_to_descr(np.dtype(dtype))
+    d = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': ({length},), }}"
     pad = _NPY_HEADER_LEN - 10 - len(d) - 1
     if pad < 0:
         raise AssertionError("npy header does not fit")  # impossible for 1-D arrays of realistic size
@@ -141,7 +142,12 @@ class _ShardWriter:
         np.save(self.directory / f"{self._name}.sentences.npy", np.concatenate(zero + self._sent_offsets))
         np.save(self.directory / f"{self._name}.documents.npy", np.concatenate(zero + self._doc_offsets))
         self.shards.append(
-            {"name": self._name, "num_tokens": self._tokens, "num_sentences": self._sentences, "num_docs": self._docs}
+            {
+                "name": self._name,
+                "num_tokens": self._tokens,
+                "num_sentences": self._sentences,
+                "num_docs": self._docs,
+            }
         )
 
     @property
@@ -323,9 +329,7 @@ class ShardedCorpus:
             raise DataError(f"shard directory not found: {self.path}; run bertzoo prepare first")
         meta_path = self.path / META
         if not meta_path.is_file():
-            raise DataError(
-                f"{self.path} is not a complete shard directory (no meta.json); re-run bertzoo prepare"
-            )
+            raise DataError(f"{self.path} is not a complete shard directory (no meta.json); re-run bertzoo prepare")
         try:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError):
@@ -368,9 +372,7 @@ class ShardedCorpus:
             tok_base.append(tok_base[-1] + len(tok))
         self._tokens = tokens
         self._tok_base = np.asarray(tok_base, dtype=np.int64)  # global token offset of each shard
-        self.sentence_lengths: np.ndarray = (
-            np.concatenate(sent_lens) if sent_lens else np.zeros(0, np.int32)
-        )
+        self.sentence_lengths: np.ndarray = np.concatenate(sent_lens) if sent_lens else np.zeros(0, np.int32)
         # Global token offset of every sentence start (+ the end): contiguous across shards.
         self.sentence_offsets: np.ndarray = np.zeros(len(self.sentence_lengths) + 1, dtype=np.int64)
         np.cumsum(self.sentence_lengths, out=self.sentence_offsets[1:])
@@ -411,19 +413,22 @@ class ShardedCorpus:
 
     def token_range(self, start: int, end: int) -> np.ndarray:
         """Tokens at global positions [start, end) (a memory-map view when inside one shard)."""
-        k = int(np.searchsorted(self._tok_base, start, side="right")) - 1
-        base = int(self._tok_base[k]) if k >= 0 else 0
-        if k >= 0 and end <= self._tok_base[k + 1]:
-            return self._tokens[k][start - base : end - base]
-        if start < 0 or end > self.num_tokens or start > end:
+        if not 0 <= start <= end <= self.num_tokens:
             raise IndexError(f"token range [{start}, {end}) outside 0..{self.num_tokens}")
+        if start == end:
+            return np.zeros(0, self.dtype)
+        k = int(np.searchsorted(self._tok_base, start, side="right")) - 1
+        base = int(self._tok_base[k])
+        if end <= self._tok_base[k + 1]:  # the usual case: one shard, no copy
+            return self._tokens[k][start - base : end - base]
         parts = []
         while start < end:
             k = int(np.searchsorted(self._tok_base, start, side="right")) - 1
+            base = int(self._tok_base[k])
             stop = min(end, int(self._tok_base[k + 1]))
-            parts.append(self._tokens[k][start - int(self._tok_base[k]) : stop - int(self._tok_base[k])])
+            parts.append(self._tokens[k][start - base : stop - base])
             start = stop
-        return np.concatenate(parts) if parts else np.zeros(0, self.dtype)
+        return np.concatenate(parts)
 
     def sentence(self, s: int) -> np.ndarray:
         """Token ids of global sentence `s`."""
@@ -444,17 +449,20 @@ class ShardedCorpus:
     def check_tokenizer(self, tokenizer: Tokenizer) -> None:
         """DataError unless `tokenizer` has the vocabulary and normalisation the shards were made with."""
         want = self.meta.get("tokenizer", {})
-        if tokenizer.vocab_size != self.vocab_size or tokenizer.vocab_sha256 != want.get("vocab_sha256"):
+        fix = f"use the tokenizer in {self.path / TOKENIZER_DIR} or re-run bertzoo prepare"
+        sha = tokenizer.vocab_sha256
+        if tokenizer.vocab_size != self.vocab_size or sha != want.get("vocab_sha256"):
             raise DataError(
-                f"the tokenizer (vocab {tokenizer.vocab_size}, sha256 {tokenizer.vocab_sha256[:12]}) differs from "
-                f"the one {self.path} was prepared with (vocab {self.vocab_size}, sha256 "
-                f"{str(want.get('vocab_sha256'))[:12]}); use {self.path / TOKENIZER_DIR} or re-run bertzoo prepare"
+                f"the tokenizer (vocab {tokenizer.vocab_size}, sha256 {sha[:12]}) differs from the one "
+                f"{self.path} was prepared with (vocab {self.vocab_size}, sha256 "
+                f"{str(want.get('vocab_sha256'))[:12]}); {fix}"
             )
-        if (tokenizer.lowercase, tokenizer.strip_accents) != (want.get("lowercase"), want.get("strip_accents")):
+        have = (tokenizer.lowercase, tokenizer.strip_accents)
+        if have != (want.get("lowercase"), want.get("strip_accents")):
             raise DataError(
-                f"the tokenizer lowercases={tokenizer.lowercase}, strip_accents={tokenizer.strip_accents} but "
-                f"{self.path} was prepared with lowercase={want.get('lowercase')}, strip_accents="
-                f"{want.get('strip_accents')}; use {self.path / TOKENIZER_DIR} or re-run bertzoo prepare"
+                f"the tokenizer has lowercase={have[0]}, strip_accents={have[1]} but {self.path} was "
+                f"prepared with lowercase={want.get('lowercase')}, "
+                f"strip_accents={want.get('strip_accents')}; {fix}"
             )
 
     def __repr__(self) -> str:
@@ -462,4 +470,3 @@ class ShardedCorpus:
             f"ShardedCorpus({str(self.path)!r}, docs={self.num_docs}, sentences={self.num_sentences}, "
             f"tokens={self.num_tokens}, shards={self.num_shards})"
         )
-

@@ -159,7 +159,9 @@ class Tokenizer:
             tok = cls(backend, lowercase=lowercase, strip_accents=strip_accents)
         elif vocab_txt.is_file():
             tok = cls.from_vocab(
-                vocab_txt, lowercase=bool(config.get("do_lower_case", True)), strip_accents=config.get("strip_accents")
+                vocab_txt,
+                lowercase=bool(config.get("do_lower_case", True)),
+                strip_accents=config.get("strip_accents"),
             )
         else:
             raise DataError(f"{path} has neither tokenizer.json nor vocab.txt; pass a tokenizer directory")
@@ -256,7 +258,9 @@ class Tokenizer:
         """Token ids of each text, WITHOUT special tokens (batched and parallel in Rust)."""
         if not texts:
             return []
-        encodings = self._tk.encode_batch_fast(list(texts), add_special_tokens=False)
+        # encode_batch_fast (tokenizers >= 0.20) skips computing character offsets we do not need.
+        encode = getattr(self._tk, "encode_batch_fast", self._tk.encode_batch)
+        encodings = encode(list(texts), add_special_tokens=False)
         return [e.ids for e in encodings]
 
     def encode(self, text: str, pair: str | None = None) -> Encoded:
@@ -276,7 +280,9 @@ class Tokenizer:
         return self.vocab_size
 
     def __repr__(self) -> str:
-        return f"Tokenizer(vocab_size={self.vocab_size}, lowercase={self.lowercase}, strip_accents={self.strip_accents})"
+        return (
+            f"Tokenizer(vocab_size={self.vocab_size}, lowercase={self.lowercase}, strip_accents={self.strip_accents})"
+        )
 
 
 def _batched(documents: Iterable[str], size: int) -> Iterator[list[str]]:

@@ -60,7 +60,9 @@ class TransformerLayer(nn.Module):
         super().__init__()
         self.attention = SelfAttention(hidden_size, num_heads, attention_dropout)
         self.attention_residual = Residual(hidden_size, norm, dropout, layer_norm_eps)
-        self.cross = CrossAttention(hidden_size, num_heads, attention_dropout, cross_kv_size) if cross_attention else None
+        self.cross = (
+            CrossAttention(hidden_size, num_heads, attention_dropout, cross_kv_size) if cross_attention else None
+        )
         self.cross_residual = Residual(hidden_size, norm, dropout, layer_norm_eps) if cross_attention else None
         self.ffn = FeedForward(hidden_size, intermediate_size, act)
         self.ffn_residual = Residual(hidden_size, norm, dropout, layer_norm_eps)

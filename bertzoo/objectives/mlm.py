@@ -23,7 +23,9 @@ class MaskedLM(nn.Module):
         super().__init__()
         c = encoder.config
         if sentence_task is not None and encoder.pooler is None:
-            raise ValueError(f"the {sentence_task} task reads the pooled [CLS] vector; build the encoder with pooler=True")
+            raise ValueError(
+                f"the {sentence_task} task reads the pooled [CLS] vector; build the encoder with pooler=True"
+            )
         self.encoder = encoder
         self.sentence_task = sentence_task
         self.mlm_head = MaskedLMHead(

@@ -132,7 +132,13 @@ def write_manifest(directory: str | Path, step: int) -> dict[str, Any]:
     for p in _files_in(directory):
         _fsync_file(p)
         files.append({"path": p.relative_to(directory).as_posix(), "size": p.stat().st_size, "sha256": _sha256(p)})
-    manifest = {"format": FORMAT, "version": FORMAT_VERSION, "step": step, "created": time.time(), "files": files}
+    manifest = {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "step": step,
+        "created": time.time(),
+        "files": files,
+    }
     _write_json(directory / MANIFEST, manifest)
     return manifest
 
@@ -157,6 +163,8 @@ def write_dir_atomic(target: str | Path, writer: Callable[[Path], None]) -> Path
     """Fill a directory with `writer(tmp_dir)` and rename it to `target` only once it is complete."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
+    for prefix in (f".tmp-{target.name}-", f".tmp-replaced-{target.name}-"):
+        _remove_stale_tmp(target.parent, prefix)  # leftovers of a crashed earlier attempt
     tmp = target.with_name(f".tmp-{target.name}-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -307,8 +315,11 @@ def restore_rng_state(state: dict[str, Any]) -> None:
         if len(cuda) == torch.cuda.device_count():
             torch.cuda.set_rng_state_all(cuda)
         else:
-            log.warning("checkpoint has CUDA RNG states for %d devices, this machine has %d; not restored",
-                        len(cuda), torch.cuda.device_count())
+            log.warning(
+                "checkpoint has CUDA RNG states for %d devices, this machine has %d; not restored",
+                len(cuda),
+                torch.cuda.device_count(),
+            )
 
 
 # ----------------------------------------------------------------------------------- directories
@@ -382,12 +393,15 @@ def _pid_alive(pid: int) -> bool:
 
 def cleanup_tmp(output_dir: str | Path) -> list[Path]:
     """Remove `.tmp-*` leftovers of interrupted saves (except those of other live processes)."""
-    root = Path(output_dir) / CHECKPOINTS_DIR
-    removed = []
+    return _remove_stale_tmp(Path(output_dir) / CHECKPOINTS_DIR, ".tmp-")
+
+
+def _remove_stale_tmp(root: Path, prefix: str) -> list[Path]:
+    removed: list[Path] = []
     if not root.is_dir():
         return removed
     for p in root.iterdir():
-        if not p.name.startswith(".tmp-"):
+        if not p.name.startswith(prefix):
             continue
         m = _TMP_PID.search(p.name)
         pid = int(m.group(1)) if m else None
@@ -533,7 +547,7 @@ def _load_optimizer(optimizer: torch.optim.Optimizer, state: Any, path: Path) ->
         raise CheckpointError(
             f"optimizer state in {path} does not match the optimizer ({exc}); resume with the same setup"
         ) from None
-    for group, flags in zip(optimizer.param_groups, impl):
+    for group, flags in zip(optimizer.param_groups, impl, strict=True):
         group.update(flags)
 
 

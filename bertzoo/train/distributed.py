@@ -36,7 +36,9 @@ def _env_int(name: str, default: int) -> int:
     try:
         return int(raw)
     except ValueError:
-        raise ConfigError(f"environment variable {name}={raw!r} is not an integer; unset it or fix the launcher") from None
+        raise ConfigError(
+            f"environment variable {name}={raw!r} is not an integer; unset it or fix the launcher"
+        ) from None
 
 
 def dist_info() -> DistInfo:

@@ -85,6 +85,16 @@ def _validate(cfg: TrainConfig, device: torch.device) -> None:
         raise ConfigError(f"train.threads must be >= 1 or null, got {cfg.threads}")
 
 
+def _ignore_stop_signals(worker_id: int) -> None:
+    """DataLoader worker init: leave SIGINT/SIGTERM to the main process.
+
+    Ctrl-C reaches the whole process group; a worker dying of it would crash the loop before it can
+    finish the step and checkpoint. Workers still exit with the main process (DataLoader watchdog).
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def _fmt_duration(seconds: float) -> str:
     s = int(seconds)
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
@@ -147,8 +157,13 @@ class Trainer:
         self.scheduler = build_scheduler(self.optimizer, cfg, cfg.max_steps)
         self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.precision == "fp16")
         self.sampler = ResumableBatchSampler(
-            len(train_dataset), cfg.batch_size, seed=cfg.seed, shuffle=True, drop_last=True,
-            rank=self.dist.rank, world_size=self.dist.world_size,
+            len(train_dataset),
+            cfg.batch_size,
+            seed=cfg.seed,
+            shuffle=True,
+            drop_last=True,
+            rank=self.dist.rank,
+            world_size=self.dist.world_size,
         )
         self._params = [p for p in self.objective.parameters() if p.requires_grad]
 
@@ -168,10 +183,15 @@ class Trainer:
         self._last_logged_step: int | None = None
         self._last_eval_step: int | None = None
         self._final_metrics: dict[str, float] = {}
-        self._model: nn.Module = self.objective
         self._ddp: nn.parallel.DistributedDataParallel | None = None
         self._compile_unverified = False
         self._bar: Any = None
+        self._session_start = time.monotonic()
+        self._interval_start = self._session_start
+        self._interval_tokens = 0
+        self._last_lr = cfg.lr
+        self._last_loss = float("nan")
+        self._bar_acc = ""
 
     # --------------------------------------------------------------------------------------- setup
 
@@ -185,7 +205,7 @@ class Trainer:
     def _resolve_resume(self, resume: str | None) -> Path | None:
         if resume is None:
             if list_checkpoints(self.output_dir):
-                # Starting over would mix two runs' checkpoints, and --resume auto would later pick the old one.
+                # Starting over would mix two runs' checkpoints; --resume auto would later pick the old one.
                 raise ConfigError(
                     f"{self.output_dir} already holds checkpoints of a run; continue it with {RESUME_HINT}, "
                     "or choose another train.output_dir (or delete that one) to start fresh"
@@ -269,14 +289,13 @@ class Trainer:
                 num_workers=self.num_workers,
                 pin_memory=self.device.type == "cuda",
                 generator=self._loader_generator(epoch),
+                worker_init_fn=_ignore_stop_signals if self.num_workers else None,
             )
             produced = 0
             for batch in loader:
                 produced += 1
                 # Position of what the loop has consumed; the sampler itself may run ahead (prefetch).
-                self._data_offset = min(
-                    self.sampler.num_examples, self._data_offset + self.sampler.global_batch_size
-                )
+                self._data_offset = min(self.sampler.num_examples, self._data_offset + self.sampler.global_batch_size)
                 yield batch
             empty_epochs = empty_epochs + 1 if produced == 0 else 0
             if empty_epochs > 1:
@@ -291,8 +310,10 @@ class Trainer:
         except Exception as exc:
             if not self._compile_unverified:
                 raise
-            warnings.warn(f"torch.compile failed at the first step ({type(exc).__name__}: {exc}); "
-                          "training without it", stacklevel=2)
+            warnings.warn(
+                f"torch.compile failed at the first step ({type(exc).__name__}: {exc}); training without it",
+                stacklevel=2,
+            )
             self._compile_unverified = False
             model = self._ddp if self._ddp is not None else self.objective
             with self._autocast():
@@ -334,8 +355,11 @@ class Trainer:
         bad_loss = not math.isfinite(loss_val)
         # fp16 overflow is routine: GradScaler skips that update itself and lowers the scale.
         bad_grad = not math.isfinite(norm_val) and not self.scaler.is_enabled()
-        bad = distributed.any_rank(bad_loss or bad_grad, self.device) if self.dist.world_size > 1 else (
-            bad_loss or bad_grad)
+        bad = (
+            distributed.any_rank(bad_loss or bad_grad, self.device)
+            if self.dist.world_size > 1
+            else (bad_loss or bad_grad)
+        )
         lr_used = self.optimizer.param_groups[0]["lr"]
         if not bad:
             if self.scaler.is_enabled():
@@ -350,12 +374,14 @@ class Trainer:
             self.skipped_steps += 1
             self._consecutive_skips += 1
             what = f"loss {loss_val}" if bad_loss else f"gradient norm {norm_val}"
-            self._say(f"step {self.step + 1}: non-finite {what}; update skipped "
-                      f"({self._consecutive_skips} in a row, {self.skipped_steps} in total)")
+            self._say(
+                f"step {self.step + 1}: non-finite {what}; update skipped "
+                f"({self._consecutive_skips} in a row, {self.skipped_steps} in total)"
+            )
             if self._consecutive_skips >= MAX_CONSECUTIVE_SKIPS:
                 raise BertzooError(
-                    f"training diverged: {self._consecutive_skips} consecutive steps had a non-finite loss or "
-                    f"gradient (last at step {self.step + 1}); lower train.lr, set train.clip_norm or use "
+                    f"training diverged: {self._consecutive_skips} consecutive steps had a non-finite loss "
+                    f"or gradient (last at step {self.step + 1}); lower train.lr, set train.clip_norm or use "
                     f"precision bf16/fp32, then restart from the last checkpoint with {RESUME_HINT}"
                 )
         if self.scaler.is_enabled():
@@ -387,9 +413,15 @@ class Trainer:
         now = time.monotonic()
         rate = self._interval_tokens / max(1e-9, now - self._interval_start)
         self._interval_tokens, self._interval_start = 0, now
-        row: dict[str, Any] = {"step": self.step, "epoch": self._data_epoch, **means, "lr": self._last_lr,
-                               "tokens_per_s": rate, "elapsed_s": self._elapsed(),
-                               "skipped_steps": self.skipped_steps}
+        row: dict[str, Any] = {
+            "step": self.step,
+            "epoch": self._data_epoch,
+            **means,
+            "lr": self._last_lr,
+            "tokens_per_s": rate,
+            "elapsed_s": self._elapsed(),
+            "skipped_steps": self.skipped_steps,
+        }
         self._final_metrics.update(means)
         self._last_logged_step = self.step
         writer.write(row)
@@ -397,12 +429,8 @@ class Trainer:
         parts += [f"{k} {v:.4f}" for k, v in means.items() if k != "grad_norm"]
         parts += [f"lr {self._last_lr:.2e}", f"{_fmt_rate(rate)} tok/s", _fmt_duration(self._elapsed())]
         self._say(" | ".join(parts))
-        if self._bar is not None:
-            acc = next((k for k in means if "acc" in k), None)
-            post = {"loss": f"{means.get('loss', float('nan')):.4f}", "lr": f"{self._last_lr:.2e}"}
-            if acc:
-                post[acc] = f"{means[acc]:.3f}"
-            self._bar.set_postfix(post, refresh=False)
+        acc = next((k for k in means if "acc" in k), None)
+        self._bar_acc = f" {acc} {means[acc]:.3f}" if acc else ""
 
     def _evaluate(self, writer: MetricsWriter) -> None:
         if self.eval_fn is None:
@@ -434,8 +462,12 @@ class Trainer:
         return {
             "step": self.step,
             "epoch": self._data_epoch,
-            "sampler": {"seed": self.sampler.seed, "epoch": self._data_epoch, "offset": self._data_offset,
-                        "num_examples": self.sampler.num_examples},
+            "sampler": {
+                "seed": self.sampler.seed,
+                "epoch": self._data_epoch,
+                "offset": self._data_offset,
+                "num_examples": self.sampler.num_examples,
+            },
             "tokens_seen": self.tokens_seen,
             "elapsed_seconds": self._elapsed(),
             "skipped_steps": self.skipped_steps,
@@ -452,8 +484,15 @@ class Trainer:
             return
         if self.is_main:
             self._last_checkpoint = save_checkpoint(
-                self.output_dir, self.step, self.objective, self.optimizer, self.scheduler,
-                self.trainer_state(), self.save_extra, keep_last=self.cfg.keep_last or None, scaler=self.scaler,
+                self.output_dir,
+                self.step,
+                self.objective,
+                self.optimizer,
+                self.scheduler,
+                self.trainer_state(),
+                self.save_extra,
+                keep_last=self.cfg.keep_last or None,
+                scaler=self.scaler,
             )
         distributed.barrier()
         self._last_saved_step = self.step
@@ -477,8 +516,10 @@ class Trainer:
         if self._stop_reason is not None:
             raise KeyboardInterrupt(f"second {name}: stopping without a checkpoint")
         self._stop_reason = name
-        self._say(f"received {name}: finishing the current step, then saving a checkpoint "
-                  "(send it again to abort without saving)")
+        self._say(
+            f"received {name}: finishing the current step, then saving a checkpoint "
+            "(send it again to abort without saving)"
+        )
 
     @contextlib.contextmanager
     def _signal_handlers(self) -> Iterator[None]:
@@ -529,16 +570,27 @@ class Trainer:
         self._interval_tokens = 0
         self._last_lr = self.optimizer.param_groups[0]["lr"]
         self._last_loss = float("nan")
+        self._bar_acc = ""
         session_tokens_start = self.tokens_seen
         start_step = self.step
         batches = self._batches()
 
-        self._bar = tqdm(total=cfg.max_steps, initial=self.step, desc="train", dynamic_ncols=True,
-                         disable=not (self.is_main and self.progress), file=sys.stderr)
+        self._bar = tqdm(
+            total=cfg.max_steps,
+            initial=self.step,
+            desc="train",
+            dynamic_ncols=True,
+            disable=not (self.is_main and self.progress),
+            file=sys.stderr,
+        )
         try:
             with self._signal_handlers():
                 while self.step < cfg.max_steps:
                     model = self._train_step(model, batches, interval)
+                    # The step loss is on the host already (finiteness check); accuracy comes per log event.
+                    self._bar.set_postfix_str(
+                        f"loss {self._last_loss:.4f}{self._bar_acc} lr {self._last_lr:.2e}", refresh=False
+                    )
                     self._bar.update(1)
                     if self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
                         self._log(interval, writer)
@@ -559,6 +611,8 @@ class Trainer:
                         callback(self, self.step)
                 if interval and self._last_logged_step != self.step:
                     self._log(interval, writer)
+                if self.step >= cfg.max_steps and self.eval_fn is not None and self._last_eval_step != self.step:
+                    self._evaluate(writer)  # before the last save, so its best_metric is in the checkpoint
                 self._save()
         finally:
             self._bar.close()
@@ -566,13 +620,13 @@ class Trainer:
         completed = self.step >= cfg.max_steps
         final_dir = None
         if completed:
-            if self.eval_fn is not None and self._last_eval_step != self.step:
-                self._evaluate(writer)
             final_dir = self._write_final()
             distributed.barrier()
         else:
-            self._say(f"stopped at step {self.step} ({self._stop_reason}); checkpoint saved to "
-                      f"{self._last_checkpoint}; continue with {RESUME_HINT}")
+            self._say(
+                f"stopped at step {self.step} ({self._stop_reason}); checkpoint saved to "
+                f"{self._last_checkpoint}; continue with {RESUME_HINT}"
+            )
         if self.is_main and writer.jsonl_path.is_file():
             try:
                 plot_metrics(writer.jsonl_path, self.output_dir / "metrics.png")

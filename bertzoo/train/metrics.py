@@ -86,7 +86,7 @@ class RunningAverage:
 
             all_reduce_sum(packed)  # every rank logs the same metric names, so shapes agree
         out = {}
-        for name, (s, c) in zip(names, packed.tolist()):
+        for name, (s, c) in zip(names, packed.tolist(), strict=True):
             out[name] = s / c if c else float("nan")
         return out
 
@@ -198,9 +198,7 @@ def read_metrics(jsonl_path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
-def plot_metrics(
-    jsonl_path: str | Path, png_path: str | Path, keys: Sequence[str] | None = None
-) -> Path | None:
+def plot_metrics(jsonl_path: str | Path, png_path: str | Path, keys: Sequence[str] | None = None) -> Path | None:
     """Draw loss and accuracy curves against step into a PNG; returns None (with a warning) if it can't.
 
     `keys` defaults to every logged metric whose name contains "loss" or "acc". Never raises for a
@@ -210,8 +208,9 @@ def plot_metrics(
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
-        warnings.warn("matplotlib is not installed; skipping the metrics plot (pip install bertzoo[plot])",
-                      stacklevel=2)
+        warnings.warn(
+            "matplotlib is not installed; skipping the metrics plot (pip install bertzoo[plot])", stacklevel=2
+        )
         return None
     try:
         rows = [r for r in read_metrics(jsonl_path) if isinstance(r.get("step"), (int, float))]
@@ -233,7 +232,7 @@ def plot_metrics(
         for k in panel:
             pts = [(r["step"], r[k]) for r in rows if isinstance(r.get(k), (int, float))]
             if pts:
-                xs, ys = zip(*pts)
+                xs, ys = zip(*pts, strict=True)
                 ax.plot(xs, ys, label=k, marker="o" if len(pts) < 20 else None, markersize=3)
         ax.set_xlabel("step")
         ax.set_ylabel("accuracy" if any("acc" in k for k in panel) else "loss")

@@ -108,7 +108,12 @@ class ResumableBatchSampler:
 
     def state_dict(self) -> dict[str, Any]:
         """Position as plain JSON-able values (independent of world size)."""
-        return {"seed": self.seed, "epoch": self.epoch, "offset": self.offset, "num_examples": self.num_examples}
+        return {
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "offset": self.offset,
+            "num_examples": self.num_examples,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a position saved by `state_dict` (possibly by a run with another world size)."""

@@ -1,0 +1,50 @@
+"""The data pipeline: raw text -> documents -> WordPiece shards -> examples -> masked batches.
+
+docs = read_documents(["builtin:wiki-en"])                 # corpus.py / builtin.py
+tok = train_wordpiece(docs, 30000)                         # tokenizer.py
+prepare_shards(read_documents(["builtin:wiki-en"]), tok, "data/wiki")   # shards.py
+ds = NspDataset(ShardedCorpus("data/wiki"), tok.special, 128, seed=0)  # examples.py
+collate = PretrainingCollator(tok, MaskingConfig(), seed=0)            # collate.py, masking.py
+"""
+
+from bertzoo.data.builtin import BUILTIN_CORPORA, iter_builtin, wiki_records, wiki_split, wiki_topics
+from bertzoo.data.collate import PretrainingCollator, pad_batch
+from bertzoo.data.corpus import ReadStats, clean_text, read_documents, split_sentences
+from bertzoo.data.examples import EpochPlan, NspDataset, build_plan
+from bertzoo.data.masking import SELECTORS, corrupt, mask_tokens, select_tokens
+from bertzoo.data.rng import KeyedRNG, integers, uniform
+from bertzoo.data.shards import ShardedCorpus, ShardInfo, is_shard_dir, prepare_shards
+from bertzoo.data.tokenizer import SPECIAL_TOKENS, Encoded, SpecialIds, Tokenizer, train_wordpiece
+
+__all__ = [
+    "BUILTIN_CORPORA",
+    "SELECTORS",
+    "SPECIAL_TOKENS",
+    "Encoded",
+    "EpochPlan",
+    "KeyedRNG",
+    "NspDataset",
+    "PretrainingCollator",
+    "ReadStats",
+    "ShardInfo",
+    "ShardedCorpus",
+    "SpecialIds",
+    "Tokenizer",
+    "build_plan",
+    "clean_text",
+    "corrupt",
+    "integers",
+    "is_shard_dir",
+    "iter_builtin",
+    "mask_tokens",
+    "pad_batch",
+    "prepare_shards",
+    "read_documents",
+    "select_tokens",
+    "split_sentences",
+    "train_wordpiece",
+    "uniform",
+    "wiki_records",
+    "wiki_split",
+    "wiki_topics",
+]

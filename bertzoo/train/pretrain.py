@@ -1,0 +1,157 @@
+"""Pretraining, assembled: shards -> examples -> masking collator -> objective -> Trainer."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertzoo.batch import IGNORE_INDEX, Batch
+from bertzoo.config import PretrainConfig, to_plain
+from bertzoo.errors import ConfigError
+
+
+def build_pretraining(cfg: PretrainConfig):
+    """(objective, dataset, collator, tokenizer) for a pretraining config, validated before any
+    training starts: vocabulary and sequence length must fit the model."""
+    from bertzoo.data.collate import PretrainingCollator
+    from bertzoo.data.shards import ShardedCorpus
+    from bertzoo.variants import get_variant
+
+    if not cfg.data.shards:
+        raise ConfigError("data.shards is not set; run `bertzoo prepare` and pass --data.shards DIR")
+    variant = get_variant(cfg.variant)
+    corpus = ShardedCorpus(cfg.data.shards)
+    tokenizer = corpus.tokenizer()
+    spec = dict(cfg.model)
+    spec.setdefault("vocab_size", tokenizer.vocab_size)
+    spec.setdefault("pad_token_id", tokenizer.pad_id)
+    model_cfg = variant.model_config(spec)
+    if model_cfg.vocab_size != tokenizer.vocab_size:
+        raise ConfigError(
+            f"model.vocab_size={model_cfg.vocab_size} but the shards' tokenizer has {tokenizer.vocab_size} "
+            "tokens; remove model.vocab_size (it defaults to the tokenizer's) or re-prepare the shards"
+        )
+    if cfg.data.max_seq_len > model_cfg.max_position:
+        raise ConfigError(
+            f"data.max_seq_len={cfg.data.max_seq_len} exceeds model.max_position={model_cfg.max_position}; "
+            "lower data.max_seq_len or raise model.max_position"
+        )
+    if cfg.data.max_seq_len < 8:
+        raise ConfigError(f"data.max_seq_len={cfg.data.max_seq_len} is too short; use at least 8")
+    objective = variant.build(model_cfg, objective="mlm+nsp" if cfg.data.nsp else "mlm")
+    dataset = _examples(cfg, corpus, tokenizer)
+    collator = PretrainingCollator(
+        tokenizer, cfg.data.masking, seed=cfg.train.seed, pad_to_multiple_of=cfg.data.pad_to_multiple_of
+    )
+    return objective, dataset, collator, tokenizer
+
+
+def _examples(cfg: PretrainConfig, corpus, tokenizer):
+    from bertzoo.data.examples import NspDataset
+
+    return NspDataset(
+        corpus,
+        tokenizer,
+        max_seq_len=cfg.data.max_seq_len,
+        seed=cfg.train.seed,
+        short_seq_prob=cfg.data.short_seq_prob,
+        nsp_random_prob=cfg.data.nsp_random_prob,
+        nsp=cfg.data.nsp,
+    )
+
+
+def unigram_counts(corpus, vocab_size: int, special_ids: np.ndarray) -> np.ndarray:
+    """Token frequencies over a shard corpus, special tokens zeroed (streamed shard by shard)."""
+    counts = np.zeros(vocab_size, dtype=np.int64)
+    for s0 in range(0, corpus.num_sentences, 1 << 20):
+        s1 = min(corpus.num_sentences, s0 + (1 << 20))
+        counts += np.bincount(np.asarray(corpus.tokens(s0, s1), dtype=np.int64), minlength=vocab_size)[:vocab_size]
+    counts[special_ids] = 0
+    return counts
+
+
+def fixed_eval_batches(cfg: PretrainConfig, tokenizer, collator) -> list[Batch]:
+    """A fixed held-out set: epoch-0 examples of the eval shards, masked once (same every time)."""
+    from bertzoo.data.shards import ShardedCorpus
+
+    corpus = ShardedCorpus(cfg.data.eval_shards)
+    corpus.check_tokenizer(tokenizer)
+    dataset = _examples(cfg, corpus, tokenizer)
+    dataset.set_epoch(0)
+    bs = cfg.train.batch_size
+    n = min(len(dataset), cfg.data.eval_batches * bs)
+    return [collator([dataset[i] for i in range(start, min(n, start + bs))]) for start in range(0, n, bs)]
+
+
+def make_mlm_evaluator(
+    batches: list[Batch], train_counts: np.ndarray | None = None
+) -> tuple[Callable[[torch.nn.Module], dict[str, float]], dict[str, float]]:
+    """An eval_fn for the Trainer plus the unigram baseline on the same masked positions.
+
+    The baseline predicts from training-set token frequencies (add-one smoothed): its accuracy is
+    that of always guessing the most frequent token, its loss the unigram cross-entropy.
+    """
+    baseline: dict[str, float] = {}
+    if train_counts is not None:
+        labels = torch.cat([b.labels[b.labels != IGNORE_INDEX] for b in batches]).numpy()
+        probs = (train_counts + 1) / (train_counts.sum() + len(train_counts))
+        baseline = {
+            "unigram_mlm_acc": float((labels == int(train_counts.argmax())).mean()),
+            "unigram_mlm_loss": float(-np.log(probs[labels]).mean()),
+        }
+
+    def evaluate(objective: torch.nn.Module) -> dict[str, float]:
+        device = next(objective.parameters()).device
+        totals: dict[str, float] = {}
+        weights: dict[str, float] = {}
+        for batch in batches:
+            out = objective(batch.to(device))
+            for key, value in out.metrics.items():
+                w = float(out.counts.get(key, 1))
+                totals[key] = totals.get(key, 0.0) + float(value) * w
+                weights[key] = weights.get(key, 0.0) + w
+        result = {f"eval_{k}": totals[k] / weights[k] for k in totals if weights[k] > 0}
+        if "eval_mlm_loss" in result:
+            result["eval_mlm_ppl"] = math.exp(min(result["eval_mlm_loss"], 50.0))
+        return result
+
+    return evaluate, baseline
+
+
+def pretrain(cfg: PretrainConfig, resume: str | None = None) -> dict[str, Any]:
+    """Run (or resume) a pretraining job; returns the trainer's summary (plus the unigram baseline
+    and final held-out metrics when `data.eval_shards` is set)."""
+    from bertzoo.data.shards import ShardedCorpus
+    from bertzoo.train.loop import Trainer
+
+    objective, dataset, collator, tokenizer = build_pretraining(cfg)
+    eval_fn, baseline = None, {}
+    if cfg.data.eval_shards:
+        batches = fixed_eval_batches(cfg, tokenizer, collator)
+        counts = unigram_counts(ShardedCorpus(cfg.data.shards), tokenizer.vocab_size, tokenizer.special_ids)
+        eval_fn, baseline = make_mlm_evaluator(batches, counts)
+    trainer = Trainer(
+        objective,
+        dataset,
+        collator,
+        cfg.train,
+        save_extra=tokenizer.save,
+        run_config=to_plain(cfg),
+        eval_fn=eval_fn,
+        num_workers=cfg.data.num_workers,
+    )
+    summary = trainer.train(resume=resume)
+    if baseline:
+        summary["baseline"] = baseline
+    from bertzoo.train.checkpoint import write_atomic
+    from bertzoo.train.distributed import is_main
+
+    if is_main():
+        write_atomic(Path(cfg.train.output_dir) / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
+    return summary
