@@ -149,6 +149,12 @@ class TrainConfig:
     keep_last: int = 3
     eval_every: int = 0
     threads: int | None = None  # torch intra-op threads on CPU; None keeps torch's default
+    epochs: float | None = None  # when set, max_steps = ceil(epochs * batches per epoch / grad_accum)
+    eval_batch_size: int | None = None  # defaults to batch_size
+    bucket_by_length: bool = False  # group similar lengths into batches (fine-tuning, inference)
+    metric_for_best: str = ""  # eval metric that picks the best checkpoint (e.g. eval_accuracy); "" = eval loss
+    greater_is_better: bool | None = None  # None: inferred (loss -> lower is better, else higher)
+    early_stopping_patience: int = 0  # evaluations without improvement before stopping; 0 = off
 
 
 @dataclass
@@ -159,6 +165,60 @@ class PretrainConfig:
     model: dict[str, Any] = field(default_factory=dict)  # a preset name under "preset" plus overrides
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+
+
+TaskName = Literal["classification", "token_classification", "qa", "multiple_choice"]
+Problem = Literal["single_label", "multi_label", "regression"]
+
+
+@dataclass
+class TaskDataConfig:
+    """Where fine-tuning data comes from and how it is featurized."""
+
+    dataset: str = ""  # builtin:wiki-topics | builtin:peoples-daily-ner | builtin:chinese-sentiment; "" = files
+    train: str = ""
+    dev: str = ""
+    test: str = ""
+    format: Literal["auto", "csv", "tsv", "jsonl", "conll", "squad", "swag", "disk"] = "auto"
+    text_column: str = "text"
+    text_pair_column: str = ""  # set for sentence-pair tasks
+    label_column: str = "label"
+    labels: list[str] = field(default_factory=list)  # fixed label order; default: sorted labels seen in train
+    max_seq_len: int = 128
+    doc_stride: int = 128  # QA: overlap between windows of a long context
+    max_query_len: int = 64  # QA
+    max_answer_len: int = 30  # QA: longest predicted answer, in tokens
+    n_best: int = 20  # QA: candidate starts/ends considered
+    label_scheme: Literal["BIO", "IOBES"] = "BIO"  # token classification
+    num_workers: int = 0
+
+
+@dataclass
+class TechniqueConfig:
+    """Fine-tuning techniques from the reference articles."""
+
+    layer_lr_decay: float = 1.0  # lr of layer l = lr * decay^(L - l); 1.0 = off
+    freeze_encoder: bool = False  # feature-based use: only the head trains
+    feature_layers: int = 0  # feature-based: read the top-k layers (0 = last hidden state only)
+    feature_mix: Literal["weighted", "concat"] = "weighted"
+    feature_head: Literal["linear", "bilstm"] = "linear"
+    adapter_size: int = 0  # bottleneck adapters in every layer (0 = off); only adapters + head train
+    gradual_unfreezing: bool = False  # unfreeze one more layer (top down) each epoch
+    head_dropout: float = 0.1
+
+
+@dataclass
+class FinetuneConfig:
+    """A whole fine-tuning run, as read from `configs/finetune/*.yaml`."""
+
+    task: TaskName = "classification"
+    problem: Problem = "single_label"  # classification only
+    model: str = ""  # bertzoo or Hugging Face directory to start from
+    model_config: dict[str, Any] = field(default_factory=dict)  # from scratch: {"preset": ..., ...}
+    tokenizer: str = ""  # defaults to the model directory
+    data: TaskDataConfig = field(default_factory=TaskDataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    technique: TechniqueConfig = field(default_factory=TechniqueConfig)
 
 
 T = TypeVar("T")
@@ -295,6 +355,13 @@ def load_pretrain_config(path: str | Path | None, overrides: dict[str, Any] | No
     data = load_yaml(path) if path is not None else {}
     apply_overrides(data, overrides or {})
     return from_dict(PretrainConfig, data)
+
+
+def load_finetune_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> FinetuneConfig:
+    """Read a fine-tuning YAML file, apply dotted overrides, validate."""
+    data = load_yaml(path) if path is not None else {}
+    apply_overrides(data, overrides or {})
+    return from_dict(FinetuneConfig, data)
 
 
 def to_plain(obj: Any) -> Any:

@@ -52,3 +52,57 @@ class SentencePairHead(nn.Module):
 
     def forward(self, pooled: torch.Tensor) -> torch.Tensor:
         return self.classifier(pooled)
+
+
+class ClassificationHead(nn.Module):
+    """Dropout + linear on a sentence vector (pooled [CLS]); num_labels=1 gives a score (regression,
+    or one choice's score in multiple choice)."""
+
+    def __init__(self, in_dim: int, num_labels: int, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(in_dim, num_labels)
+        nn.init.normal_(self.classifier.weight, std=0.02)
+        nn.init.zeros_(self.classifier.bias)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.dropout(features))
+
+
+class TokenClassificationHead(nn.Module):
+    """Per-token labels (NER). With `lstm_hidden` > 0 a BiLSTM runs over the token features first:
+    the feature-based tagger of the BERT paper's NER ablation."""
+
+    def __init__(self, in_dim: int, num_labels: int, dropout: float = 0.1, lstm_hidden: int = 0) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(in_dim, lstm_hidden, batch_first=True, bidirectional=True) if lstm_hidden else None
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(2 * lstm_hidden if lstm_hidden else in_dim, num_labels)
+        nn.init.normal_(self.classifier.weight, std=0.02)
+        nn.init.zeros_(self.classifier.bias)
+
+    def forward(self, features: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """features: (batch, seq, in_dim) -> (batch, seq, num_labels)."""
+        if self.lstm is not None:
+            if attention_mask is not None:
+                lengths = attention_mask.sum(-1).clamp(min=1).cpu()
+                packed = nn.utils.rnn.pack_padded_sequence(features, lengths, batch_first=True, enforce_sorted=False)
+                out, _ = self.lstm(packed)
+                features, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=features.size(1))
+            else:
+                features, _ = self.lstm(features)
+        return self.classifier(self.dropout(features))
+
+
+class SpanHead(nn.Module):
+    """Extractive QA: a start and an end score per token (BERT's S and E vectors)."""
+
+    def __init__(self, in_dim: int) -> None:
+        super().__init__()
+        self.qa = nn.Linear(in_dim, 2)
+        nn.init.normal_(self.qa.weight, std=0.02)
+        nn.init.zeros_(self.qa.bias)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        """(batch, seq, in_dim) -> (batch, seq, 2): [..., 0] start logits, [..., 1] end logits."""
+        return self.qa(features)

@@ -16,7 +16,7 @@ class ObjectiveOutput:
     items each metric averages over, so metrics can be combined correctly across micro-batches.
     """
 
-    loss: torch.Tensor
+    loss: torch.Tensor | None  # None when the batch has no labels (prediction)
     metrics: dict[str, torch.Tensor] = field(default_factory=dict)
     counts: dict[str, torch.Tensor] = field(default_factory=dict)
     logits: torch.Tensor | None = None

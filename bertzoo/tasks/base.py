@@ -1,0 +1,182 @@
+"""What every fine-tuning task provides. A task turns raw examples into features, builds the model
+(an objective: encoder + head + loss), and evaluates/predicts with its own post-processing.
+
+The runner (`bertzoo.train.finetune`) only talks to this interface, so classification, NER,
+extractive QA and multiple choice share one training loop, one CLI and one report format.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertzoo.batch import Batch
+from bertzoo.config import FinetuneConfig
+
+
+class FeatureDataset:
+    """Featurized examples in memory: `__getitem__(i)` -> dict of numpy arrays plus `index`/`epoch`.
+
+    `lengths` (tokens per feature) lets the sampler bucket by length; `example_ids` maps features
+    back to raw examples (QA windows: many features per example).
+    """
+
+    def __init__(self, features: list[dict[str, Any]], lengths: Sequence[int], example_ids: Sequence[int]) -> None:
+        self.features = features
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self.example_ids = np.asarray(example_ids, dtype=np.int64)
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.features)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {**self.features[i], "index": i, "epoch": self.epoch}
+
+
+@dataclass
+class EvalResult:
+    """Metrics (flat, JSON-able floats) plus task-specific report material."""
+
+    metrics: dict[str, float]
+    predictions: list[dict[str, Any]] = field(default_factory=list)  # one per raw example
+    report: dict[str, Any] = field(default_factory=dict)  # e.g. confusion matrix, per-label table
+
+
+class ScalarMix(nn.Module):
+    """ELMo's task-weighted layer mix: gamma * sum_k softmax(w)_k * h_k."""
+
+    def __init__(self, num_layers: int) -> None:
+        super().__init__()
+        self.weights = nn.Parameter(torch.zeros(num_layers))
+        self.gamma = nn.Parameter(torch.ones(()))
+
+    def forward(self, layers: Sequence[torch.Tensor]) -> torch.Tensor:
+        w = self.weights.softmax(0)
+        return self.gamma * sum(wk * h for wk, h in zip(w, layers, strict=True))
+
+
+class TaskModel(nn.Module):
+    """Base of every fine-tuning model: an encoder plus a task head; the subclass's forward owns the loss.
+
+    `encode()` gives the representation the head reads: the last hidden state by default, or (the
+    feature-based approach of the BERT paper) a weighted or concatenated mix of the top
+    `feature_layers` layers. `feature_dim` is that representation's width, for sizing heads.
+    """
+
+    def __init__(self, encoder: nn.Module, feature_layers: int = 0, feature_mix: str = "weighted") -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.feature_layers = feature_layers
+        self.feature_mix = feature_mix
+        hidden = encoder.config.hidden_size
+        self.mix = ScalarMix(feature_layers) if feature_layers and feature_mix == "weighted" else None
+        self.feature_dim = hidden * feature_layers if feature_layers and feature_mix == "concat" else hidden
+        self.head_config: dict[str, Any] = {}
+
+    def encode(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(sequence features (batch, seq, feature_dim), [CLS] features (batch, feature_dim)).
+
+        input_ids may carry extra leading dims (multiple choice: (batch, choices, seq)); they are
+        flattened here, and callers reshape the results.
+        """
+        ids = batch.input_ids.reshape(-1, batch.input_ids.size(-1))
+        mask = batch.attention_mask.reshape(ids.shape) if batch.attention_mask is not None else None
+        types = batch.token_type_ids.reshape(ids.shape) if batch.token_type_ids is not None else None
+        out = self.encoder(ids, mask, types, output_hidden_states=bool(self.feature_layers))
+        if not self.feature_layers:
+            seq = out.last_hidden_state
+        else:
+            top = out.hidden_states[-self.feature_layers :]
+            seq = self.mix(top) if self.mix is not None else torch.cat(top, dim=-1)
+        # Plain fine-tuning reads the pooler (as BERT's classifiers do); feature mixes read [CLS] itself.
+        cls = out.pooler_output if not self.feature_layers and out.pooler_output is not None else seq[:, 0]
+        return seq, cls
+
+    def save_pretrained(self, directory: str) -> None:
+        """config.json (encoder config + `task` head config) + model.safetensors (encoder.* and head keys)."""
+        from bertzoo.hub import save_module
+
+        save_module(self, self.encoder.config, directory, extra={"task": self.head_config})
+
+
+class Task(ABC):
+    """A fine-tuning task. Subclasses set `name` and `default_metric` (the key, without the `eval_`
+    prefix, that picks the best checkpoint; higher is better unless it ends in `loss`)."""
+
+    name: str = ""
+    default_metric: str = "loss"
+
+    def __init__(self, cfg: FinetuneConfig, tokenizer) -> None:
+        self.cfg = cfg
+        self.tokenizer = tokenizer
+
+    @abstractmethod
+    def load(self, split: str) -> list[dict[str, Any]]:
+        """Raw examples of `split` ("train", "dev", "test") from the configured dataset or files.
+        Also fixes the label set on the first call (train split), see `label_names`."""
+
+    @abstractmethod
+    def featurize(self, examples: list[dict[str, Any]], split: str) -> FeatureDataset:
+        """Tokenize examples into model features (labels aligned; -100 where ignored)."""
+
+    @abstractmethod
+    def collate(self, features: list[dict[str, Any]]) -> Batch:
+        """Pad a list of features into a Batch (dynamic padding to the longest in the batch)."""
+
+    @abstractmethod
+    def build(self, encoder: nn.Module) -> nn.Module:
+        """The trainable module: forward(batch) -> ObjectiveOutput with `loss`, `metrics`, `logits`."""
+
+    @abstractmethod
+    def evaluate(self, model: nn.Module, examples: list[dict[str, Any]], features: FeatureDataset) -> EvalResult:
+        """Run the model over `features` and score against the raw examples' gold labels."""
+
+    @abstractmethod
+    def predict(self, model: nn.Module, examples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Predictions for raw (unlabelled) examples, one dict per example, JSON-able."""
+
+    def label_names(self) -> list[str]:
+        """Label vocabulary in index order (empty for tasks without labels, e.g. QA)."""
+        return []
+
+    def head_config(self) -> dict[str, Any]:
+        """Everything needed to rebuild the head when loading a fine-tuned model (saved in config.json)."""
+        return {"task": self.name, "labels": self.label_names()}
+
+
+def batched_logits(
+    model: nn.Module, dataset: FeatureDataset, collate, batch_size: int, device: torch.device | str | None = None
+) -> list[np.ndarray]:
+    """Logits for every feature, in dataset order, computed in length-sorted batches (little padding)
+    under inference mode. Per-token logits keep the batch's padded length; callers trim with
+    `dataset.lengths` when they need to.
+
+    Objectives return `loss=None` when the batch carries no labels, so this also serves prediction.
+    """
+    if device is None:
+        device = next(model.parameters()).device
+    order = np.argsort(dataset.lengths, kind="stable")
+    out: list[np.ndarray | None] = [None] * len(dataset)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            for start in range(0, len(order), batch_size):
+                chunk = order[start : start + batch_size]
+                batch = collate([dataset[int(i)] for i in chunk]).to(device)
+                logits = model(batch).logits.float().cpu().numpy()
+                for j, i in enumerate(chunk):
+                    out[int(i)] = logits[j]
+    finally:
+        model.train(was_training)
+    return out  # type: ignore[return-value]
