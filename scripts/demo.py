@@ -90,11 +90,36 @@ def main() -> None:
         nsp = r.get("eval_nsp_acc", float("nan"))
         print(f"{r['step']:>7} {r['eval_mlm_acc']:>8.3f} {r['eval_mlm_loss']:>9.3f} {nsp:>8.3f}")
     summary_file = run_dir / "summary.json"
-    if summary_file.is_file():
-        base = json.loads(summary_file.read_text()).get("baseline", {})
-        if base:
-            print(f"{'unigram':>7} {base['unigram_mlm_acc']:>8.3f} {base['unigram_mlm_loss']:>9.3f}")
+    base = json.loads(summary_file.read_text()).get("baseline", {}) if summary_file.is_file() else {}
+    if base:
+        print(f"{'unigram':>7} {base['unigram_mlm_acc']:>8.3f} {base['unigram_mlm_loss']:>9.3f}")
+    if base and evals:
+        draw_learning_curve(evals, base, run_dir / "learning.png")
     print(f"\nmodel: {run_dir / 'final'}  curves: {run_dir / 'metrics.png'}  config: {run_cfg['model']}")
+
+
+def draw_learning_curve(evals: list[dict], base: dict, path: Path) -> None:
+    """Held-out MLM accuracy and loss by step, with the unigram baseline as a dashed line."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    steps = [r["step"] for r in evals]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for ax, key, label in ((axes[0], "mlm_acc", "accuracy"), (axes[1], "mlm_loss", "cross-entropy (nats)")):
+        ax.plot(steps, [r[f"eval_{key}"] for r in evals], marker="o", label="BERT-mini (held-out dev)")
+        ax.axhline(base[f"unigram_{key}"], color="grey", linestyle="--", label="unigram baseline")
+        ax.set_xlabel("step")
+        ax.set_ylabel(f"masked-LM {label}")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"learning curve: {path}")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ def build_pretraining(cfg: PretrainConfig):
     variant = get_variant(cfg.variant)
     corpus = ShardedCorpus(cfg.data.shards)
     tokenizer = corpus.tokenizer()
+    corpus.check_tokenizer(tokenizer)  # a replaced shards/tokenizer/ would feed the model ids it cannot embed
     spec = dict(cfg.model)
     spec.setdefault("vocab_size", tokenizer.vocab_size)
     spec.setdefault("pad_token_id", tokenizer.pad_id)
@@ -44,7 +45,11 @@ def build_pretraining(cfg: PretrainConfig):
         )
     if cfg.data.max_seq_len < 8:
         raise ConfigError(f"data.max_seq_len={cfg.data.max_seq_len} is too short; use at least 8")
-    objective = variant.build(model_cfg, objective="mlm+nsp" if cfg.data.nsp else "mlm")
+    # Initial weights come from train.seed, not from whatever the process's RNG happens to hold: a run
+    # restarted before its first checkpoint (or run in a long-lived process) starts from the same weights.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.train.seed)
+        objective = variant.build(model_cfg, objective="mlm+nsp" if cfg.data.nsp else "mlm")
     dataset = _examples(cfg, corpus, tokenizer)
     collator = PretrainingCollator(
         tokenizer, cfg.data.masking, seed=cfg.train.seed, pad_to_multiple_of=cfg.data.pad_to_multiple_of
@@ -152,6 +157,7 @@ def pretrain(cfg: PretrainConfig, resume: str | None = None) -> dict[str, Any]:
     from bertzoo.train.checkpoint import write_atomic
     from bertzoo.train.distributed import is_main
 
-    if is_main():
+    # A resume of a finished run trains nothing; keep the summary of the run that did the work.
+    if is_main() and summary.get("steps_this_session", 1) > 0:
         write_atomic(Path(cfg.train.output_dir) / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
     return summary
