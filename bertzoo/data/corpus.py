@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import unicodedata
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,16 +50,21 @@ class ReadStats:
 # C0/C1 control characters (Unicode category Cc) except tab and newline.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _SPACES = re.compile(r" {2,}")
+# Lone UTF-16 surrogates: JSON can spell them ("\ud800") but they cannot be encoded, so no tokenizer takes them.
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 _SPACE_AROUND_NEWLINE = re.compile(r" *\n *")
 
 
 def clean_text(text: str) -> str:
-    """Drop control characters (keeping newline and tab), NFC-normalise, collapse spaces, strip."""
+    """Drop control characters (keeping newline and tab), replace lone surrogates with U+FFFD,
+    NFC-normalise, collapse spaces, strip."""
     if "\r" in text:  # Windows and old-Mac line ends become newlines, not deleted characters
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     text = _CONTROL.sub("", text)
-    if not text.isascii() and not unicodedata.is_normalized("NFC", text):
-        text = unicodedata.normalize("NFC", text)
+    if not text.isascii():
+        text = _SURROGATE.sub("\ufffd", text)
+        if not unicodedata.is_normalized("NFC", text):
+            text = unicodedata.normalize("NFC", text)
     if "  " in text:
         text = _SPACES.sub(" ", text)
     if "\n" in text:
@@ -152,19 +158,25 @@ def iter_lines(path: str | os.PathLike, stats: ReadStats | None = None) -> Itera
         raise DataError(f"corpus file not found: {path}; check the path") from None
     except OSError as exc:
         raise DataError(f"cannot read corpus file {path} ({exc.strerror}); check its permissions") from None
+    lineno = 0
     with f:
-        for lineno, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                line = raw.decode("utf-8", errors="replace")
+        try:
+            for lineno, raw in enumerate(f, 1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    line = raw.decode("utf-8", errors="replace")
+                    if stats is not None:
+                        stats.note_bad_utf8(path, lineno)
+                if lineno == 1 and line.startswith("\ufeff"):  # byte-order mark written by some editors
+                    line = line[1:]
                 if stats is not None:
-                    stats.note_bad_utf8(path, lineno)
-            if lineno == 1 and line.startswith("\ufeff"):  # byte-order mark written by some editors
-                line = line[1:]
-            if stats is not None:
-                stats.lines += 1
-            yield line.rstrip("\r\n")
+                    stats.lines += 1
+                yield line.rstrip("\r\n")
+        except (OSError, EOFError, zlib.error) as exc:  # a damaged .gz, or a read error of the disk
+            raise DataError(
+                f"cannot read {path} after line {lineno} ({type(exc).__name__}: {exc}); check or re-create the file"
+            ) from None
 
 
 def _text_documents(path: Path, doc_per: DocPer, stats: ReadStats | None) -> Iterator[str]:
@@ -203,9 +215,10 @@ def _jsonl_documents(path: Path, text_field: str, stats: ReadStats | None) -> It
             continue
         try:
             record = json.loads(line)
-        except json.JSONDecodeError as exc:
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, an int over 4300 digits, deep nesting
+            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
             raise DataError(
-                f"{path}:{lineno}: invalid JSON ({exc.msg}); JSONL needs one JSON object per line "
+                f"{path}:{lineno}: invalid JSON ({reason}); JSONL needs one JSON object per line "
                 "(use --format text for plain text)"
             ) from None
         if not isinstance(record, dict):
@@ -220,6 +233,8 @@ def _jsonl_documents(path: Path, text_field: str, stats: ReadStats | None) -> It
             value = ""
         if not isinstance(value, str):
             raise DataError(f"{path}:{lineno}: field {text_field!r} is {type(value).__name__}, expected a string")
+        if stats is not None and not value.isascii() and _SURROGATE.search(value):
+            stats.note_bad_utf8(path, lineno)  # JSON's spelling of invalid UTF-8; clean_text replaces them
         doc = clean_text(value)
         if doc:
             yield doc

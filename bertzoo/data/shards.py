@@ -34,7 +34,7 @@ import numpy as np
 
 from bertzoo.data.corpus import ReadStats, split_sentences
 from bertzoo.data.tokenizer import Tokenizer
-from bertzoo.errors import ConfigError, DataError
+from bertzoo.errors import ConfigError, DataError, DiskFullError, is_disk_full
 
 __all__ = ["FORMAT_VERSION", "ShardInfo", "ShardedCorpus", "is_shard_dir", "prepare_shards"]
 
@@ -170,7 +170,7 @@ def is_shard_dir(path: str | os.PathLike) -> bool:
     """True when `path` holds a complete shard directory (a readable meta.json of our format)."""
     try:
         meta = json.loads((Path(path) / META).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return False
     return isinstance(meta, dict) and meta.get("format") == FORMAT_NAME
 
@@ -280,9 +280,15 @@ def prepare_shards(
             f.flush()
             os.fsync(f.fileno())
         _replace_dir(tmp, out)
-    except BaseException:
+    except BaseException as exc:
         writer.abort()
         shutil.rmtree(tmp, ignore_errors=True)
+        if is_disk_full(exc):
+            before = "was left as it was" if out.exists() else "was not created"
+            raise DiskFullError(
+                f"disk full while writing shards for {out} ({exc.filename or tmp}); {out} {before}, "
+                "free space and run bertzoo prepare again"
+            ) from exc
         raise
     return ShardInfo(
         path=out,
@@ -332,7 +338,7 @@ class ShardedCorpus:
             raise DataError(f"{self.path} is not a complete shard directory (no meta.json); re-run bertzoo prepare")
         try:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
+        except (UnicodeDecodeError, ValueError, RecursionError):  # JSONDecodeError is a ValueError
             raise DataError(f"{meta_path} is not valid JSON; re-run bertzoo prepare") from None
         if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
             raise DataError(f"{self.path} is not a bertzoo shard directory; re-run bertzoo prepare")
@@ -342,9 +348,12 @@ class ShardedCorpus:
                 f"version {FORMAT_VERSION}; re-run bertzoo prepare"
             )
         self.meta: dict[str, Any] = meta
-        self.vocab_size: int = int(meta["vocab_size"])
-        self.dtype = np.dtype(meta["dtype"])
-        self._load()
+        try:
+            self.vocab_size: int = int(meta["vocab_size"])
+            self.dtype = np.dtype(meta["dtype"])
+            self._load()
+        except (KeyError, TypeError, ValueError):  # a meta.json of our format with missing or wrong fields
+            raise DataError(f"{meta_path} is damaged (missing or malformed fields); re-run bertzoo prepare") from None
 
     def _load(self) -> None:
         tokens, sent_lens, doc_starts = [], [], []
@@ -356,7 +365,7 @@ class ShardedCorpus:
                 tok = np.load(self.path / f"{name}.tokens.npy", mmap_mode="r", allow_pickle=False)
                 sent = np.load(self.path / f"{name}.sentences.npy", allow_pickle=False)
                 docs = np.load(self.path / f"{name}.documents.npy", allow_pickle=False)
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, EOFError) as exc:  # EOFError: an empty file
                 raise DataError(f"{self.path}: cannot read shard {name} ({exc}); re-run bertzoo prepare") from None
             if (
                 len(tok) != shard["num_tokens"]

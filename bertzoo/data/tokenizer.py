@@ -110,10 +110,13 @@ class Tokenizer:
         if not path.is_file():
             raise DataError(f"vocabulary file not found: {path}; check the path")
         vocab: dict[str, int] = {}
-        with open(path, encoding="utf-8") as f:
-            for i, line in enumerate(f):
-                token = line.rstrip("\n")
-                vocab.setdefault(token, i)  # a duplicated line keeps the first id, like BERT's loader
+        try:
+            with open(path, encoding="utf-8") as f:
+                for i, line in enumerate(f):
+                    token = line.rstrip("\n")
+                    vocab.setdefault(token, i)  # a duplicated line keeps the first id, like BERT's loader
+        except UnicodeDecodeError:
+            raise DataError(f"{path} is not UTF-8 text; use a BERT vocab.txt (one token per line)") from None
         missing = [t for t in SPECIAL_TOKENS if t not in vocab]
         if missing:
             raise DataError(f"{path} lacks the special token(s) {', '.join(missing)}; use a BERT vocab.txt")
@@ -140,8 +143,10 @@ class Tokenizer:
         if config_path.is_file():
             try:
                 config = json.loads(config_path.read_text(encoding="utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError):
+            except (UnicodeDecodeError, ValueError, RecursionError):  # JSONDecodeError is a ValueError
                 raise DataError(f"{config_path} is not valid JSON; fix it or delete it") from None
+            if not isinstance(config, dict):
+                raise DataError(f"{config_path} must hold a JSON object; fix it or delete it")
         tok_json = file if file is not None and file.suffix == ".json" else directory / "tokenizer.json"
         vocab_txt = file if file is not None and file.suffix == ".txt" else directory / "vocab.txt"
         if (file is None or file.suffix == ".json") and tok_json.is_file():
@@ -165,7 +170,10 @@ class Tokenizer:
             )
         else:
             raise DataError(f"{path} has neither tokenizer.json nor vocab.txt; pass a tokenizer directory")
-        tok.model_max_length = int(config.get("model_max_length", 512)) if config else 512
+        try:
+            tok.model_max_length = int(config.get("model_max_length", 512)) if config else 512
+        except (TypeError, ValueError, OverflowError):
+            raise DataError(f"{config_path}: model_max_length must be an integer; fix it or delete it") from None
         if tok.model_max_length > 1_000_000:  # HF writes a huge sentinel for "no limit"
             tok.model_max_length = 512
         return tok

@@ -38,7 +38,7 @@ from safetensors import safe_open
 from safetensors.torch import load_model, save_model
 from torch import nn
 
-from bertzoo.errors import CheckpointError
+from bertzoo.errors import CheckpointError, DiskFullError, is_disk_full
 
 log = logging.getLogger("bertzoo.train")
 
@@ -55,6 +55,15 @@ FORMAT_VERSION = 1
 
 _STEP_DIR = re.compile(r"^step-(\d{8,})$")
 _TMP_PID = re.compile(r"-(\d+)$")
+# Test hook: seconds to sleep after each file of a save, rename or deletion, so that the SIGKILL test in
+# tests/test_reliability.py reliably lands inside a checkpoint write. Unset in normal use.
+TEST_PAUSE_ENV = "BERTZOO_TEST_SAVE_PAUSE"
+
+
+def _test_pause() -> None:
+    delay = os.environ.get(TEST_PAUSE_ENV)
+    if delay:
+        time.sleep(float(delay))
 
 
 class NonFiniteModelError(CheckpointError):
@@ -168,13 +177,20 @@ def write_dir_atomic(target: str | Path, writer: Callable[[Path], None]) -> Path
     tmp = target.with_name(f".tmp-{target.name}-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
-    tmp.mkdir()
     try:
+        tmp.mkdir()
         writer(tmp)
         for p in _files_in(tmp):
             _fsync_file(p)
         fsync_dir(tmp)
+        _test_pause()
         _replace_dir(tmp, target)
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise DiskFullError(
+                f"disk full while writing {target}; its earlier content is intact, free space and run again"
+            ) from exc
+        raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -356,7 +372,9 @@ def verify_checkpoint(path: str | Path, *, check_hash: bool = True) -> dict[str,
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
         files = {f["path"]: f for f in manifest["files"]}
         step = int(manifest["step"])
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError):
+        if not all(_valid_entry(f) for f in files.values()):
+            raise ValueError("malformed file entry")
+    except (UnicodeDecodeError, KeyError, TypeError, ValueError, RecursionError):  # ValueError: bad JSON too
         raise CheckpointError(f"{manifest_path} is corrupted; use another checkpoint") from None
     if manifest.get("format") != FORMAT or manifest.get("version") != FORMAT_VERSION:
         raise CheckpointError(
@@ -379,6 +397,14 @@ def verify_checkpoint(path: str | Path, *, check_hash: bool = True) -> dict[str,
             raise CheckpointError(f"{p} fails its sha256 check; the file is damaged, use another checkpoint")
     manifest["step"] = step
     return manifest
+
+
+def _valid_entry(entry: Any) -> bool:
+    """A manifest file entry: a relative path inside the checkpoint, an int size and a hash string."""
+    path = entry.get("path")
+    if not isinstance(path, str) or not path or path.startswith("/") or ".." in path.split("/"):
+        return False  # never check (or hash) files outside the checkpoint directory
+    return isinstance(entry.get("size"), int) and isinstance(entry.get("sha256"), str)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -452,6 +478,7 @@ def rotate_checkpoints(output_dir: str | Path, keep_last: int, protect: Path | N
         # that still has a manifest.
         doomed = p.with_name(f".tmp-delete-{p.name}-{os.getpid()}")
         os.rename(p, doomed)
+        _test_pause()
         shutil.rmtree(doomed, ignore_errors=True)
         removed.append(p)
     if removed:
@@ -482,29 +509,40 @@ def save_checkpoint(
     objective = unwrap(objective)
     check_finite(objective)
     root = Path(output_dir) / CHECKPOINTS_DIR
-    root.mkdir(parents=True, exist_ok=True)
     target = root / checkpoint_name(step)
     tmp = root / f".tmp-{checkpoint_name(step)}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
+    rng = capture_rng_state()  # first, so nothing below can disturb the state being recorded
     try:
-        rng = capture_rng_state()  # first, so nothing below can disturb the state being recorded
+        root.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
         save_model_files(objective, tmp)
+        _test_pause()
         opt_state: dict[str, Any] = {"optimizer": optimizer.state_dict()}
         if scheduler is not None:
             opt_state["scheduler"] = scheduler.state_dict()
         if scaler is not None and scaler.is_enabled():
             opt_state["scaler"] = scaler.state_dict()
         torch.save(opt_state, tmp / OPTIMIZER_FILE)
+        _test_pause()
         torch.save(rng, tmp / RNG_FILE)
         state = {**trainer_state, "step": step}
         (tmp / STATE_FILE).write_text(json.dumps(state, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        _test_pause()
         if extra is not None:
             extra(tmp)
         write_manifest(tmp, step)  # fsyncs every file, manifest last
         fsync_dir(tmp)
+        _test_pause()  # complete but not yet renamed: the window a crash must not turn into a bad checkpoint
         _replace_dir(tmp, target)
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise DiskFullError(
+                f"disk full while writing checkpoint {target}; the earlier checkpoints are intact, "
+                "free space and continue with --resume auto"
+            ) from exc
+        raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -571,8 +609,10 @@ def load_checkpoint(
     rng_state = safe_torch_load(path / RNG_FILE) if restore_rng else None
     try:
         trainer_state = json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, ValueError, RecursionError):  # JSONDecodeError is a ValueError
         raise CheckpointError(f"{path / STATE_FILE} is not valid JSON; use another checkpoint") from None
+    if not isinstance(trainer_state, dict):
+        raise CheckpointError(f"{path / STATE_FILE} does not hold a JSON object; use another checkpoint")
     load_weights(objective, path / MODEL_FILE)
     if opt_state is not None:
         if not isinstance(opt_state, dict):

@@ -9,6 +9,7 @@ data position) goes into each checkpoint; see `bertzoo.train.checkpoint` for the
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import random
@@ -43,13 +44,25 @@ from bertzoo.train.checkpoint import (
 )
 from bertzoo.train.metrics import MetricsWriter, RunningAverage, plot_metrics
 from bertzoo.train.optim import build_optimizer, build_scheduler
-from bertzoo.train.sampler import ResumableBatchSampler
+from bertzoo.train.sampler import LengthBucketSampler, ResumableBatchSampler
 
 MAX_CONSECUTIVE_SKIPS = 10
 RESUME_HINT = "--resume auto"
 
 Callback = Callable[["Trainer", int], None]
 EvalFn = Callable[[nn.Module], Mapping[str, float]]
+BEST_DIR = "best"
+
+
+def eval_metric_key(name: str) -> str:
+    """`accuracy` or `eval_accuracy` -> `eval_accuracy` (the name eval metrics are logged under)."""
+    return name if name.startswith("eval") else f"eval_{name}"
+
+
+def lower_is_better(name: str) -> bool:
+    """Direction inferred from a metric's name: losses, perplexities and error rates go down."""
+    low = name.lower()
+    return any(word in low for word in ("loss", "ppl", "perplexity", "error", "wer"))
 
 
 def resolve_device(spec: str, local_rank: int = 0) -> torch.device:
@@ -83,6 +96,12 @@ def _validate(cfg: TrainConfig, device: torch.device) -> None:
         raise ConfigError(f"train.precision=fp16 needs a CUDA device, got {device}; use train.precision=bf16 on CPU")
     if cfg.threads is not None and cfg.threads < 1:
         raise ConfigError(f"train.threads must be >= 1 or null, got {cfg.threads}")
+    if cfg.epochs is not None and cfg.epochs <= 0:
+        raise ConfigError(f"train.epochs must be positive or null (then train.max_steps counts), got {cfg.epochs}")
+    if cfg.eval_batch_size is not None and cfg.eval_batch_size < 1:
+        raise ConfigError(f"train.eval_batch_size must be >= 1 or null (= batch_size), got {cfg.eval_batch_size}")
+    if cfg.early_stopping_patience < 0:
+        raise ConfigError(f"train.early_stopping_patience must be >= 0 (0 = off), got {cfg.early_stopping_patience}")
 
 
 def _ignore_stop_signals(worker_id: int) -> None:
@@ -115,6 +134,14 @@ class Trainer:
     end; it runs with the training RNG state forked, so evaluating never changes the training run.
     `callbacks` are called as `cb(trainer, step)` after each optimizer step. `num_workers` > 0 loads
     data in worker processes (started afresh each epoch so `dataset.set_epoch` reaches them).
+
+    Fine-tuning additions: `param_groups` (e.g. layer-wise learning-rate decay) replace the default
+    AdamW groups; `epoch_callbacks` are called as `cb(trainer, epoch)` with the epoch about to be
+    trained, at the start of `train()` (also when resuming) and whenever an epoch ends (gradual
+    unfreezing); `metric_for_best` (overridden by `cfg.metric_for_best`) picks the best evaluation,
+    whose model goes to `output_dir/best/`, and drives early stopping (`cfg.early_stopping_patience`).
+    `cfg.epochs` sets max_steps from the batches per epoch; `cfg.bucket_by_length` batches similar
+    lengths together when the dataset has `lengths`; `drop_last=False` keeps an epoch's short last batch.
     """
 
     def __init__(
@@ -130,6 +157,10 @@ class Trainer:
         callbacks: Sequence[Callback] = (),
         num_workers: int = 0,
         progress: bool = True,
+        param_groups: list[dict[str, Any]] | None = None,
+        epoch_callbacks: Sequence[Callback] = (),
+        metric_for_best: str | None = None,
+        drop_last: bool = True,
     ) -> None:
         self.cfg = cfg
         self.dist = distributed.dist_info()
@@ -153,19 +184,56 @@ class Trainer:
         self.progress = progress
         self.output_dir = Path(cfg.output_dir)
 
-        self.optimizer = build_optimizer(self.objective, cfg)
+        self.epoch_callbacks = list(epoch_callbacks)
+        lengths = getattr(train_dataset, "lengths", None)
+        if cfg.bucket_by_length and lengths is None:
+            raise ConfigError(
+                f"train.bucket_by_length needs a dataset with per-example lengths, and "
+                f"{type(train_dataset).__name__} has none; set train.bucket_by_length false"
+            )
+        if cfg.bucket_by_length:
+            self.sampler: ResumableBatchSampler = LengthBucketSampler(
+                lengths,
+                cfg.batch_size,
+                seed=cfg.seed,
+                drop_last=drop_last,
+                rank=self.dist.rank,
+                world_size=self.dist.world_size,
+            )
+        else:
+            self.sampler = ResumableBatchSampler(
+                len(train_dataset),
+                cfg.batch_size,
+                seed=cfg.seed,
+                shuffle=True,
+                drop_last=drop_last,
+                rank=self.dist.rank,
+                world_size=self.dist.world_size,
+            )
+        if cfg.epochs is not None:
+            # A copy: the caller's config keeps meaning "epochs", this run's means "steps".
+            steps = max(1, math.ceil(cfg.epochs * self.sampler.batches_per_epoch() / cfg.grad_accum))
+            cfg = self.cfg = dataclasses.replace(cfg, max_steps=steps)
+
+        self.optimizer = build_optimizer(self.objective, cfg, groups=param_groups)
         self.scheduler = build_scheduler(self.optimizer, cfg, cfg.max_steps)
         self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.precision == "fp16")
-        self.sampler = ResumableBatchSampler(
-            len(train_dataset),
-            cfg.batch_size,
-            seed=cfg.seed,
-            shuffle=True,
-            drop_last=True,
-            rank=self.dist.rank,
-            world_size=self.dist.world_size,
-        )
-        self._params = [p for p in self.objective.parameters() if p.requires_grad]
+        # Every parameter, frozen or not: gradual unfreezing turns some on later, and clipping skips
+        # those without a gradient anyway.
+        self._params = list({id(p): p for p in self.objective.parameters()}.values())
+
+        name = cfg.metric_for_best or metric_for_best or ""
+        self.metric_for_best = eval_metric_key(name) if name else ""
+        if cfg.greater_is_better is not None:
+            self.greater_is_better = cfg.greater_is_better
+        else:
+            self.greater_is_better = not lower_is_better(self.metric_for_best or "loss")
+        self.save_best = bool(self.metric_for_best) or cfg.early_stopping_patience > 0
+        if cfg.early_stopping_patience and eval_fn is None:
+            raise ConfigError(
+                "train.early_stopping_patience needs evaluations on a dev set; provide dev data "
+                "or set train.early_stopping_patience 0"
+            )
 
         # Progress, saved in every checkpoint.
         self.step = 0
@@ -173,6 +241,7 @@ class Trainer:
         self.elapsed_before = 0.0  # seconds spent in earlier sessions of this run
         self.skipped_steps = 0
         self.best_metric: dict[str, Any] | None = None
+        self.evals_without_improvement = 0
         self._data_epoch = 0
         self._data_offset = 0
 
@@ -182,6 +251,7 @@ class Trainer:
         self._last_checkpoint: Path | None = None
         self._last_logged_step: int | None = None
         self._last_eval_step: int | None = None
+        self._epoch_announced: int | None = None
         self._final_metrics: dict[str, float] = {}
         self._ddp: nn.parallel.DistributedDataParallel | None = None
         self._compile_unverified = False
@@ -230,6 +300,7 @@ class Trainer:
             self.elapsed_before = float(state.get("elapsed_seconds", 0.0))
             self.skipped_steps = int(state.get("skipped_steps", 0))
             self.best_metric = state.get("best_metric")
+            self.evals_without_improvement = int(state.get("evals_without_improvement", 0))
         except (KeyError, TypeError, ValueError):
             raise CheckpointError(f"{path}/trainer_state.json is incomplete; use another checkpoint") from None
         self._data_epoch, self._data_offset = self.sampler.epoch, self.sampler.offset
@@ -360,7 +431,7 @@ class Trainer:
             if self.dist.world_size > 1
             else (bad_loss or bad_grad)
         )
-        lr_used = self.optimizer.param_groups[0]["lr"]
+        lr_used = max(g["lr"] for g in self.optimizer.param_groups)  # layer-wise decay: the top layers' lr
         if not bad:
             if self.scaler.is_enabled():
                 self.scaler.step(self.optimizer)
@@ -447,15 +518,47 @@ class Trainer:
             self.objective.train(was_training)
             random.setstate(py_state)
             np.random.set_state(np_state)
-        row = {k if k.startswith("eval") else f"eval_{k}": float(v) for k, v in results.items()}
+        row = {eval_metric_key(k): float(v) for k, v in results.items()}
         self._last_eval_step = self.step
         self._final_metrics.update(row)
-        key = next((k for k in row if "loss" in k), None)
-        if key is not None and math.isfinite(row[key]):
-            if self.best_metric is None or row[key] < self.best_metric["value"]:
-                self.best_metric = {"name": key, "value": row[key], "step": self.step}
         writer.write({"step": self.step, **row})
         self._say(f"eval step {self.step} | " + " | ".join(f"{k} {v:.4f}" for k, v in row.items()))
+        improved = self._update_best(row)
+        if improved and self.save_best:
+            self._write_model_dir(BEST_DIR)
+        patience = self.cfg.early_stopping_patience
+        if patience:
+            self.evals_without_improvement = 0 if improved else self.evals_without_improvement + 1
+            if self.evals_without_improvement >= patience:
+                self._stop_reason = self._stop_reason or "early_stopping"
+                self._say(
+                    f"early stopping: no better {self.best_metric['name'] if self.best_metric else 'metric'} "
+                    f"in {patience} evaluation(s); best at step {self.best_metric and self.best_metric['step']}"
+                )
+
+    def _update_best(self, row: dict[str, float]) -> bool:
+        """Record `row` as the best evaluation if it improves the tracked metric; True if it did."""
+        if self.metric_for_best:
+            key = self.metric_for_best
+            if key not in row:
+                raise ConfigError(
+                    f"train.metric_for_best={key} is not among the evaluation metrics ({', '.join(row)}); "
+                    "choose one of them"
+                )
+        else:
+            key = next((k for k in row if "loss" in k), None)  # default: the first eval loss, lower is better
+            if key is None:
+                return False
+        value = row[key]
+        if not math.isfinite(value):
+            return False
+        greater = self.greater_is_better if self.metric_for_best else False
+        best = self.best_metric
+        if best is not None and best.get("name") == key:
+            if not (value > best["value"] if greater else value < best["value"]):
+                return False
+        self.best_metric = {"name": key, "value": value, "step": self.step}
+        return True
 
     def trainer_state(self) -> dict[str, Any]:
         """What `trainer_state.json` records (besides what the optimizer/RNG files hold)."""
@@ -472,6 +575,7 @@ class Trainer:
             "elapsed_seconds": self._elapsed(),
             "skipped_steps": self.skipped_steps,
             "best_metric": self.best_metric,
+            "evals_without_improvement": self.evals_without_improvement,
             "max_steps": self.cfg.max_steps,
             "batch_size": self.cfg.batch_size,
             "grad_accum": self.cfg.grad_accum,
@@ -497,7 +601,8 @@ class Trainer:
         distributed.barrier()
         self._last_saved_step = self.step
 
-    def _write_final(self) -> Path | None:
+    def _write_model_dir(self, name: str) -> Path | None:
+        """Weights + config (+ extra files) in `output_dir/name`, replaced atomically (main rank only)."""
         if not self.is_main:
             return None
 
@@ -506,8 +611,25 @@ class Trainer:
             save_model_files(self.objective, directory)
             if self.save_extra is not None:
                 self.save_extra(directory)
+            if name == BEST_DIR and self.best_metric is not None:
+                (directory / "best_metric.json").write_text(json.dumps(self.best_metric, indent=2) + "\n")
 
-        return write_dir_atomic(self.output_dir / "final", writer)
+        return write_dir_atomic(self.output_dir / name, writer)
+
+    def _write_final(self) -> Path | None:
+        return self._write_model_dir("final")
+
+    def _epoch_ahead(self) -> int:
+        """The epoch the next batch comes from (the current one, or the next when it is used up)."""
+        end = min(self.sampler.num_examples, self.sampler.batches_per_epoch() * self.sampler.global_batch_size)
+        return self._data_epoch + (1 if self._data_offset >= end else 0)
+
+    def _announce_epoch(self) -> None:
+        epoch = self._epoch_ahead()
+        if epoch != self._epoch_announced:
+            self._epoch_announced = epoch
+            for callback in self.epoch_callbacks:
+                callback(self, epoch)
 
     # --------------------------------------------------------------------------------------- signals
 
@@ -568,12 +690,17 @@ class Trainer:
         self._session_start = time.monotonic()
         self._interval_start = self._session_start
         self._interval_tokens = 0
-        self._last_lr = self.optimizer.param_groups[0]["lr"]
+        self._last_lr = max(g["lr"] for g in self.optimizer.param_groups)
         self._last_loss = float("nan")
         self._bar_acc = ""
         session_tokens_start = self.tokens_seen
         start_step = self.step
         batches = self._batches()
+        self._epoch_announced = None
+        self._announce_epoch()
+        patience = cfg.early_stopping_patience
+        if patience and self.evals_without_improvement >= patience:
+            self._stop_reason = "early_stopping"  # a resumed run that had already stopped early
 
         self._bar = tqdm(
             total=cfg.max_steps,
@@ -585,7 +712,7 @@ class Trainer:
         )
         try:
             with self._signal_handlers():
-                while self.step < cfg.max_steps:
+                while self.step < cfg.max_steps and self._stop_reason != "early_stopping":
                     model = self._train_step(model, batches, interval)
                     # The step loss is on the host already (finiteness check); accuracy comes per log event.
                     self._bar.set_postfix_str(
@@ -609,6 +736,7 @@ class Trainer:
                         break
                     for callback in self.callbacks:
                         callback(self, self.step)
+                    self._announce_epoch()
                 if interval and self._last_logged_step != self.step:
                     self._log(interval, writer)
                 if self.step >= cfg.max_steps and self.eval_fn is not None and self._last_eval_step != self.step:
@@ -617,7 +745,8 @@ class Trainer:
         finally:
             self._bar.close()
             self._bar = None
-        completed = self.step >= cfg.max_steps
+        early = self._stop_reason == "early_stopping"
+        completed = self.step >= cfg.max_steps or early
         final_dir = None
         if completed:
             final_dir = self._write_final()
@@ -637,7 +766,7 @@ class Trainer:
             "steps": self.step,
             "steps_this_session": self.step - start_step,
             "completed": completed,
-            "stop_reason": None if completed else self._stop_reason,
+            "stop_reason": "early_stopping" if early else (None if completed else self._stop_reason),
             "final_metrics": dict(self._final_metrics),
             "tokens_seen": self.tokens_seen,
             "tokens_per_s": (self.tokens_seen - session_tokens_start) / max(session, 1e-9),

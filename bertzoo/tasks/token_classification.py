@@ -1,0 +1,402 @@
+"""Token classification (NER): a tag per word, BIO or IOBES, scored by entity F1 like seqeval.
+
+Words are tokenized pre-split (`is_pretokenized`); the FIRST sub-word of each word carries the
+word's label and the other sub-words and the specials carry -100, as in the BERT paper's NER
+setup. Predictions are read at first sub-words and mapped back to words; words cut off by
+`data.max_seq_len` are predicted "O" and counted (`truncated_words`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertzoo.batch import IGNORE_INDEX, Batch
+from bertzoo.config import FinetuneConfig, TechniqueConfig
+from bertzoo.errors import ConfigError, DataError
+from bertzoo.heads import TokenClassificationHead
+from bertzoo.metrics import accuracy, entity_metrics, format_table, get_entities
+from bertzoo.objectives.base import ObjectiveOutput
+from bertzoo.tasks.base import EvalResult, FeatureDataset, Task, TaskModel, batched_logits
+from bertzoo.tasks.common import (
+    attention_from_lengths,
+    builtin_spec,
+    check_max_len,
+    eval_batch_size,
+    example_index,
+    labels_present,
+    load_split,
+    log_softmax,
+    pad_2d,
+    softmax,
+)
+
+__all__ = [
+    "TokenClassificationModel",
+    "TokenClassificationTask",
+    "convert_scheme",
+    "split_words",
+    "tag_types",
+    "tags_for_types",
+]
+
+SCHEME_PREFIXES = {"BIO": "BI", "IOBES": "BIES"}
+_TAG = re.compile(r"^[BIES]-.+$")
+# Characters that are words on their own when splitting raw text for prediction: CJK ideographs
+# (BERT's _is_chinese_char ranges), CJK punctuation and full-width forms. Chinese NER is
+# character-level, as in the built-in peoples-daily-ner dataset.
+_CJK = (
+    "\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef"
+    "\U00020000-\U0002a6df\U0002a700-\U0002ceaf\U0002f800-\U0002fa1f"
+)
+_WORD = re.compile(f"[{_CJK}]|[^\\s{_CJK}]+")
+_IS_CJK = re.compile(f"[{_CJK}]")
+
+
+def tag_types(tags: Sequence[str]) -> list[str]:
+    """Entity types in order of first appearance ("B-PER" -> "PER"); "O" has none."""
+    return list(dict.fromkeys(t[2:] for t in tags if t != "O"))
+
+
+def tags_for_types(types: Sequence[str], scheme: str) -> list[str]:
+    """The full tag set of `scheme`: "O", then B-, I- (and E-, S- for IOBES) of each type."""
+    return ["O", *(f"{p}-{t}" for t in types for p in SCHEME_PREFIXES[scheme])]
+
+
+def convert_scheme(tags: Sequence[str], scheme: str) -> list[str]:
+    """Re-write tags in `scheme` ("BIO" or "IOBES") from their entities as seqeval reads them, so
+    BIO, IOB1 and IOBES input all come out canonical (an I- without B- starts an entity)."""
+    out = ["O"] * len(tags)
+    for type_, start, end in get_entities(list(tags)):
+        if scheme == "IOBES" and start == end:
+            out[start] = f"S-{type_}"
+            continue
+        out[start] = f"B-{type_}"
+        for i in range(start + 1, end + 1):
+            out[i] = f"I-{type_}"
+        if scheme == "IOBES":
+            out[end] = f"E-{type_}"
+    return out
+
+
+def split_words(text: str) -> list[tuple[str, int, int]]:
+    """(word, char start, char end) of raw text: whitespace-separated words, except that CJK
+    characters (and full-width forms) are words on their own."""
+    return [(m.group(), m.start(), m.end()) for m in _WORD.finditer(text)]
+
+
+def _join(words: Sequence[str]) -> str:
+    """Words back to text: no space next to a CJK character (Chinese is written unspaced)."""
+    out = ""
+    for w in words:
+        if out and not _IS_CJK.match(out[-1]) and not _IS_CJK.match(w):
+            out += " "
+        out += w
+    return out
+
+
+def _word_pieces(enc, n_words: int, unk_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids of a pre-tokenized encoding and the index of each word's first piece. A word the
+    normalizer erases (control or zero-width characters) gets one [UNK] so it keeps a position."""
+    if n_words == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    ids = np.asarray(enc.ids, dtype=np.int64)
+    word = np.fromiter((-1 if w is None else w for w in enc.word_ids), dtype=np.int64, count=len(ids))
+    ids, word = ids[word >= 0], word[word >= 0]
+    counts = np.bincount(word, minlength=n_words)
+    if counts.all():
+        return ids, np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    # A word's pieces are contiguous and in order: move each piece to its word's new offset.
+    old_starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    sizes = np.maximum(counts, 1)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    out = np.full(int(sizes.sum()), unk_id, dtype=np.int64)
+    out[starts[word] + np.arange(len(word)) - old_starts[word]] = ids
+    return out, starts
+
+
+class TokenClassificationModel(TaskModel):
+    """Encoder + `TokenClassificationHead` (optionally a BiLSTM over the token features)."""
+
+    def __init__(self, encoder: nn.Module, num_labels: int, technique: TechniqueConfig) -> None:
+        super().__init__(encoder, technique.feature_layers, technique.feature_mix)
+        self.num_labels = num_labels
+        lstm_hidden = encoder.config.hidden_size // 2 if technique.feature_head == "bilstm" else 0
+        self.head = TokenClassificationHead(self.feature_dim, num_labels, technique.head_dropout, lstm_hidden)
+
+    def forward(self, batch: Batch) -> ObjectiveOutput:
+        sequence, _ = self.encode(batch)
+        logits = self.head(sequence, batch.attention_mask)  # (batch, seq, num_labels)
+        labels = batch.labels
+        if labels is None:
+            return ObjectiveOutput(loss=None, logits=logits)
+        flat = logits.float().reshape(-1, self.num_labels)
+        target = labels.reshape(-1)
+        scored = target != IGNORE_INDEX
+        n = scored.sum()
+        if bool(n == 0):  # every word truncated away: a zero loss that still has a graph
+            loss = flat.sum() * 0.0
+        else:
+            loss = F.cross_entropy(flat, target, ignore_index=IGNORE_INDEX)
+        correct = ((flat.argmax(-1) == target) & scored).sum()
+        acc = correct.float() / n.clamp(min=1)
+        return ObjectiveOutput(
+            loss=loss,
+            metrics={"loss": loss.detach(), "acc": acc.detach()},
+            counts={"loss": torch.ones((), device=flat.device), "acc": n},
+            logits=logits,
+        )
+
+
+class TokenClassificationTask(Task):
+    """NER and other word tagging; see the module doc.
+
+    The tag set is "O" plus every prefix of `data.label_scheme` for each entity type. Types come
+    from `data.labels` (tags or bare types), a built-in dataset, or the train split (in order of
+    first appearance). Gold tags are converted to the scheme on load.
+    """
+
+    name = "token_classification"
+    default_metric = "f1"
+
+    def __init__(self, cfg: FinetuneConfig, tokenizer) -> None:
+        super().__init__(cfg, tokenizer)
+        self.scheme = cfg.data.label_scheme
+        if self.scheme not in SCHEME_PREFIXES:
+            raise ConfigError(f"data.label_scheme={self.scheme!r} is not allowed; choose BIO or IOBES")
+        spec = builtin_spec(cfg)
+        self._labels: list[str] | None = None
+        if cfg.data.labels:
+            given = [str(x) for x in cfg.data.labels]
+            if all(t == "O" or _TAG.match(t) for t in given):
+                types = tag_types(given)
+                full = tags_for_types(types, self.scheme)
+                # A complete tag list (e.g. saved with a model) keeps its order; partial ones are expanded.
+                self._labels = given if sorted(given) == sorted(full) and len(given) == len(full) else full
+            else:
+                self._labels = tags_for_types(list(dict.fromkeys(given)), self.scheme)
+        elif spec is not None:
+            self._labels = tags_for_types(tag_types(spec.labels()), self.scheme)
+        self.truncated_words = 0  # words cut off by max_seq_len in the last featurize call
+
+    # -- labels ---------------------------------------------------------------------------------
+
+    def label_names(self) -> list[str]:
+        self._ensure_labels()
+        return list(self._labels or [])
+
+    def head_config(self) -> dict[str, Any]:
+        t = self.cfg.technique
+        return {
+            **super().head_config(),
+            "label_scheme": self.scheme,
+            "feature_layers": t.feature_layers,
+            "feature_mix": t.feature_mix,
+            "feature_head": t.feature_head,
+        }
+
+    def _ensure_labels(self) -> None:
+        if self._labels is None:
+            self.load("train")
+
+    def _canonical(self, examples: list[dict[str, Any]]) -> None:
+        for ex in examples:
+            if "labels" not in ex:
+                continue
+            bad = next((t for t in ex["labels"] if t != "O" and not _TAG.match(t)), None)
+            if bad is not None:
+                raise DataError(
+                    f"{ex.get('source', 'an example')}: tag {bad!r} is not O or B-/I-/E-/S-TYPE; "
+                    "token classification reads BIO, IOB1 or IOBES tags"
+                )
+            ex["labels"] = convert_scheme(ex["labels"], self.scheme)
+
+    # -- data -----------------------------------------------------------------------------------
+
+    def load(self, split: str) -> list[dict[str, Any]]:
+        examples = load_split(self.cfg, split, "tokens")
+        self._canonical(examples)
+        labelled = labels_present(examples, "labels", "labels")
+        if not labelled:
+            raise DataError(
+                f"{examples[0].get('source', split)}: the {split} split has no labels; give a label column "
+                "(for unlabelled data use `bertzoo predict`)"
+            )
+        if split == "train" and self._labels is None:
+            self._labels = tags_for_types(tag_types([t for ex in examples for t in ex["labels"]]), self.scheme)
+        elif self._labels is None:
+            self._ensure_labels()
+        known = set(self._labels or [])
+        for ex in examples:
+            bad = next((t for t in ex.get("labels", ()) if t not in known), None)
+            if bad is not None:
+                types = ", ".join(tag_types(self._labels or [])) or "none"
+                raise DataError(
+                    f"{ex.get('source', split)}: entity type {bad[2:]!r} is not among the types seen in train "
+                    f"({types}); fix the data or list every type in data.labels"
+                )
+        return examples
+
+    def featurize(self, examples: list[dict[str, Any]], split: str) -> FeatureDataset:
+        if not examples:
+            raise DataError(f"the {split} split is empty; check the data")
+        tok = self.tokenizer
+        budget = check_max_len(tok, self.cfg.data.max_seq_len, pair=False)
+        labelled = labels_present(examples, "labels", "labels")
+        index: dict[str, int] = {}
+        if labelled:
+            self._ensure_labels()
+            index = {t: i for i, t in enumerate(self._labels or [])}
+        encodings = tok.backend.encode_batch(
+            [list(ex["tokens"]) for ex in examples], is_pretokenized=True, add_special_tokens=False
+        )
+        features, lengths = [], []
+        truncated = 0
+        for ex, enc in zip(examples, encodings, strict=True):
+            words = ex["tokens"]
+            pieces, starts = _word_pieces(enc, len(words), tok.unk_id)
+            kept = int(np.searchsorted(starts, budget))  # words whose first piece fits
+            ids = np.concatenate([[tok.cls_id], pieces[:budget], [tok.sep_id]])
+            starts = starts[:kept] + 1  # +1: [CLS] comes first
+            truncated += len(words) - kept
+            f: dict[str, Any] = {"input_ids": ids.astype(np.int32), "word_starts": starts}
+            if labelled:
+                labels = np.full(len(ids), IGNORE_INDEX, dtype=np.int64)
+                try:
+                    labels[f["word_starts"]] = [index[t] for t in ex["labels"][: len(starts)]]
+                except KeyError as exc:
+                    raise DataError(f"{ex.get('source', split)}: unknown tag {exc.args[0]!r}; fix the data") from None
+                f["labels"] = labels
+            features.append(f)
+            lengths.append(len(ids))
+        self.truncated_words = truncated
+        return FeatureDataset(features, lengths, range(len(examples)))
+
+    def collate(self, features: list[dict[str, Any]]) -> Batch:
+        ids, lengths = pad_2d([f["input_ids"] for f in features], self.tokenizer.pad_id)
+        labels = None
+        if "labels" in features[0]:
+            labels, _ = pad_2d([f["labels"] for f in features], IGNORE_INDEX)
+        return Batch(
+            input_ids=ids,
+            attention_mask=attention_from_lengths(lengths, ids.size(1)),
+            token_type_ids=torch.zeros_like(ids),
+            labels=labels,
+            example_index=example_index(features),
+        )
+
+    # -- model ----------------------------------------------------------------------------------
+
+    def build(self, encoder: nn.Module) -> TokenClassificationModel:
+        model = TokenClassificationModel(encoder, len(self.label_names()), self.cfg.technique)
+        model.head_config = self.head_config()
+        return model
+
+    # -- evaluation and prediction ----------------------------------------------------------------
+
+    def _word_tags(self, model: nn.Module, examples: list[dict[str, Any]], features: FeatureDataset):
+        """Per example: predicted word tags (truncated words "O"), tag probabilities at kept words."""
+        logits = batched_logits(model, features, self.collate, eval_batch_size(self.cfg))
+        labels = self._labels or []
+        out = []
+        for ex, f, row in zip(examples, features.features, logits, strict=True):
+            at_words = np.asarray(row, dtype=np.float64)[f["word_starts"]]  # (kept words, num_labels)
+            tags = [labels[i] for i in at_words.argmax(-1)] if len(at_words) else []
+            tags += ["O"] * (len(ex["tokens"]) - len(tags))
+            out.append((tags, at_words, row))
+        return out
+
+    def evaluate(self, model: nn.Module, examples: list[dict[str, Any]], features: FeatureDataset) -> EvalResult:
+        if not labels_present(examples, "labels", "labels"):
+            raise DataError("evaluation needs tagged examples; use predict for untagged data")
+        results = self._word_tags(model, examples, features)
+        gold = [ex["labels"] for ex in examples]
+        pred = [tags for tags, _, _ in results]
+        m = entity_metrics(gold, pred)
+        nll_sum, n_scored = 0.0, 0
+        for f, (_, _, row) in zip(features.features, results, strict=True):
+            target = f["labels"]
+            scored = np.flatnonzero(target != IGNORE_INDEX)
+            if len(scored):
+                lp = log_softmax(np.asarray(row, dtype=np.float64)[scored])
+                nll_sum -= float(lp[np.arange(len(scored)), target[scored]].sum())
+                n_scored += len(scored)
+        truncated = sum(
+            len(ex["tokens"]) - len(f["word_starts"]) for ex, f in zip(examples, features.features, strict=True)
+        )
+        metrics = {
+            "precision": m["precision"],
+            "recall": m["recall"],
+            "f1": m["f1"],
+            "macro_f1": m["macro_f1"],
+            "accuracy": accuracy([t for s in gold for t in s], [t for s in pred for t in s]),
+            "loss": nll_sum / n_scored if n_scored else 0.0,
+            "truncated_words": float(truncated),
+        }
+        predictions = [
+            {"tokens": list(ex["tokens"]), "labels": tags, "gold": list(ex["labels"])}
+            for ex, tags in zip(examples, pred, strict=True)
+        ]
+        report = {
+            "labels": self.label_names(),
+            "per_type": m["per_type"],
+            "table": format_table(m["per_type"]),
+            "truncated_words": truncated,
+            "n_gold_entities": m["n_gold"],
+            "n_pred_entities": m["n_pred"],
+        }
+        return EvalResult(metrics={k: float(v) for k, v in metrics.items()}, predictions=predictions, report=report)
+
+    def predict(self, model: nn.Module, examples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Each example has "tokens" (a word list) or "text" (split by `split_words`). The result
+        lists word tags and entities with word spans [start, end) and, for text input, character
+        spans [char_start, char_end) into the text."""
+        self._ensure_labels()
+        inputs, spans, texts = [], [], []
+        for ex in examples:
+            if isinstance(ex.get("tokens"), list):
+                inputs.append({"tokens": [str(t) for t in ex["tokens"]]})
+                spans.append(None)
+                texts.append("")
+            elif isinstance(ex.get("text"), str):
+                words = split_words(ex["text"])
+                inputs.append({"tokens": [w for w, _, _ in words]})
+                spans.append(words)
+                texts.append(ex["text"])
+            else:
+                raise DataError(f"{ex.get('source', 'an example')}: prediction input needs 'tokens' (a list) or 'text'")
+        if not inputs:
+            return []
+        features = self.featurize(inputs, "predict")
+        out = []
+        for inp, words, text, f, (tags, at_words, _) in zip(
+            inputs, spans, texts, features.features, self._word_tags(model, inputs, features), strict=True
+        ):
+            tokens = inp["tokens"]
+            probs = softmax(at_words) if len(at_words) else np.zeros((0, 0))
+            entities = []
+            for type_, start, end in get_entities(tags):
+                ent: dict[str, Any] = {
+                    "type": type_,
+                    "start": start,
+                    "end": end + 1,
+                    "text": text[words[start][1] : words[end][2]]
+                    if words is not None
+                    else _join(tokens[start : end + 1]),
+                    # Mean probability of the predicted tags over the entity's words that were scored.
+                    "score": float(np.mean([probs[i].max() for i in range(start, min(end + 1, len(probs)))] or [0.0])),
+                }
+                if words is not None:
+                    ent["char_start"], ent["char_end"] = words[start][1], words[end][2]
+                entities.append(ent)
+            result: dict[str, Any] = {"tokens": tokens, "labels": tags, "entities": entities}
+            if len(tokens) > len(f["word_starts"]):
+                result["truncated_words"] = len(tokens) - len(f["word_starts"])
+            out.append(result)
+        return out

