@@ -30,6 +30,7 @@ class ModelConfig:
     as the other; `to_hf` / `from_hf` in `bertzoo.convert` translate the rest.
     """
 
+    variant: str = "bert"  # the family (bertzoo.variants.VARIANTS), like Hugging Face's model_type
     vocab_size: int = 30522
     hidden_size: int = 768
     num_layers: int = 12
@@ -81,9 +82,7 @@ class ModelConfig:
     def load(cls, path: str | Path) -> ModelConfig:
         """Read a `config.json` written by `save`."""
         data = read_json(path)
-        data.pop("bertzoo_version", None)
-        data.pop("objective", None)
-        data.pop("variant", None)
+        data = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         return from_dict(cls, data, "model")
 
 

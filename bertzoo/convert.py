@@ -1,12 +1,15 @@
-"""Hugging Face <-> bertzoo checkpoints: config translation and key-name maps per variant.
+"""Hugging Face <-> bertzoo checkpoints.
 
-Most tensors are renamed one to one; the few that differ in shape (our fused query/key/value
-projection) are handled by small functions below.
+Each variant module (`bertzoo/variants/*.py`) holds its own key-name map and config translation
+(`HF_MODEL_TYPE`, `config_from_hf`, `config_to_hf`, `state_from_hf`, `state_to_hf`); this module
+dispatches to the right one and holds the shared helpers: layer-indexed key maps and the split
+and concatenation of our fused query/key/value projection.
 """
 
 from __future__ import annotations
 
 import re
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -14,105 +17,14 @@ import torch
 from bertzoo.config import ModelConfig
 from bertzoo.errors import CheckpointError
 
-_HF_ACT = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
-_OUR_ACT = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
-
-# (Hugging Face BertModel key, bertzoo Encoder key). `{i}` is a layer index.
-BERT_ENCODER_KEYS: list[tuple[str, str]] = [
-    ("embeddings.word_embeddings.weight", "embeddings.word.weight"),
-    ("embeddings.position_embeddings.weight", "embeddings.position.weight"),
-    ("embeddings.token_type_embeddings.weight", "embeddings.token_type.weight"),
-    ("embeddings.LayerNorm.weight", "embeddings.norm.weight"),
-    ("embeddings.LayerNorm.bias", "embeddings.norm.bias"),
-    ("encoder.layer.{i}.attention.output.dense.weight", "stack.layers.{i}.attention.out.weight"),
-    ("encoder.layer.{i}.attention.output.dense.bias", "stack.layers.{i}.attention.out.bias"),
-    ("encoder.layer.{i}.attention.output.LayerNorm.weight", "stack.layers.{i}.attention_residual.norm.weight"),
-    ("encoder.layer.{i}.attention.output.LayerNorm.bias", "stack.layers.{i}.attention_residual.norm.bias"),
-    ("encoder.layer.{i}.intermediate.dense.weight", "stack.layers.{i}.ffn.up.weight"),
-    ("encoder.layer.{i}.intermediate.dense.bias", "stack.layers.{i}.ffn.up.bias"),
-    ("encoder.layer.{i}.output.dense.weight", "stack.layers.{i}.ffn.down.weight"),
-    ("encoder.layer.{i}.output.dense.bias", "stack.layers.{i}.ffn.down.bias"),
-    ("encoder.layer.{i}.output.LayerNorm.weight", "stack.layers.{i}.ffn_residual.norm.weight"),
-    ("encoder.layer.{i}.output.LayerNorm.bias", "stack.layers.{i}.ffn_residual.norm.bias"),
-    ("pooler.dense.weight", "pooler.dense.weight"),
-    ("pooler.dense.bias", "pooler.dense.bias"),
-]
-
-# (Hugging Face BertForPreTraining head key, bertzoo MaskedLM key).
-BERT_HEAD_KEYS: list[tuple[str, str]] = [
-    ("cls.predictions.transform.dense.weight", "mlm_head.dense.weight"),
-    ("cls.predictions.transform.dense.bias", "mlm_head.dense.bias"),
-    ("cls.predictions.transform.LayerNorm.weight", "mlm_head.norm.weight"),
-    ("cls.predictions.transform.LayerNorm.bias", "mlm_head.norm.bias"),
-    ("cls.predictions.bias", "mlm_head.decoder.bias"),
-    ("cls.seq_relationship.weight", "nsp_head.classifier.weight"),
-    ("cls.seq_relationship.bias", "nsp_head.classifier.bias"),
-]
-
-_QKV = ("query", "key", "value")
-
 
 def is_hf_config(raw: dict[str, Any]) -> bool:
     """A Hugging Face config.json has `model_type`; ours has `bertzoo_version`."""
     return "model_type" in raw and "bertzoo_version" not in raw
 
 
-def config_from_hf(raw: dict[str, Any]) -> ModelConfig:
-    """ModelConfig from a Hugging Face BertConfig dict."""
-    model_type = raw.get("model_type")
-    if model_type != "bert":
-        raise CheckpointError(f"Hugging Face model_type {model_type!r} is not supported yet; supported: bert")
-    act = raw.get("hidden_act", "gelu")
-    if act not in _HF_ACT:
-        raise CheckpointError(f"activation {act!r} in the Hugging Face config is not supported")
-    pe = raw.get("position_embedding_type", "absolute")
-    if pe != "absolute":
-        raise CheckpointError(f"position_embedding_type={pe!r} is not supported; only 'absolute' positions convert")
-    return ModelConfig(
-        vocab_size=raw["vocab_size"],
-        hidden_size=raw["hidden_size"],
-        num_layers=raw["num_hidden_layers"],
-        num_heads=raw["num_attention_heads"],
-        intermediate_size=raw["intermediate_size"],
-        max_position=raw.get("max_position_embeddings", 512),
-        type_vocab_size=raw.get("type_vocab_size", 2),
-        hidden_act=_HF_ACT[act],
-        dropout=raw.get("hidden_dropout_prob", 0.1),
-        attention_dropout=raw.get("attention_probs_dropout_prob", 0.1),
-        layer_norm_eps=raw.get("layer_norm_eps", 1e-12),
-        initializer_range=raw.get("initializer_range", 0.02),
-        pad_token_id=raw.get("pad_token_id", 0) or 0,
-    )
-
-
-def config_to_hf(config: ModelConfig, architectures: list[str] | None = None) -> dict[str, Any]:
-    """A Hugging Face BertConfig dict for an exported bertzoo model."""
-    if config.norm != "post" or config.position != "learned" or config.share != "none" or config.embedding_size:
-        raise CheckpointError(
-            "only plain BERT encoders (post-norm, learned positions, no sharing, no factorized embeddings) "
-            "export to the Hugging Face 'bert' architecture"
-        )
-    return {
-        "model_type": "bert",
-        "architectures": architectures or ["BertModel"],
-        "vocab_size": config.vocab_size,
-        "hidden_size": config.hidden_size,
-        "num_hidden_layers": config.num_layers,
-        "num_attention_heads": config.num_heads,
-        "intermediate_size": config.intermediate_size,
-        "max_position_embeddings": config.max_position,
-        "type_vocab_size": config.type_vocab_size,
-        "hidden_act": _OUR_ACT[config.hidden_act],
-        "hidden_dropout_prob": config.dropout,
-        "attention_probs_dropout_prob": config.attention_dropout,
-        "layer_norm_eps": config.layer_norm_eps,
-        "initializer_range": config.initializer_range,
-        "pad_token_id": config.pad_token_id,
-        "position_embedding_type": "absolute",
-    }
-
-
-def _expand(pairs: list[tuple[str, str]], num_layers: int) -> list[tuple[str, str]]:
+def expand(pairs: list[tuple[str, str]], num_layers: int) -> list[tuple[str, str]]:
+    """Instantiate `{i}` layer placeholders in (hf_key, our_key) pairs."""
     out = []
     for hf, ours in pairs:
         if "{i}" in hf:
@@ -122,63 +34,68 @@ def _expand(pairs: list[tuple[str, str]], num_layers: int) -> list[tuple[str, st
     return out
 
 
-def _normalise_hf_keys(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Strip the `bert.` prefix and map TF-era names (gamma/beta) to today's."""
+def fuse_qkv(src: dict[str, torch.Tensor], names: list[str]) -> torch.Tensor | None:
+    """Concatenate separate query/key/value tensors (in that order) into our fused projection."""
+    if all(n in src for n in names):
+        return torch.cat([src[n] for n in names], dim=0)
+    return None
+
+
+def split_qkv(fused: torch.Tensor, hidden: int) -> list[torch.Tensor]:
+    """Our fused (3*hidden, ...) projection back into query, key, value."""
+    return [fused[j * hidden : (j + 1) * hidden].clone() for j in range(3)]
+
+
+def normalise_hf_keys(state: dict[str, torch.Tensor], prefix: str = "bert.") -> dict[str, torch.Tensor]:
+    """Strip the base-model prefix and map TF-era names (LayerNorm gamma/beta) to today's."""
     out = {}
     for key, value in state.items():
-        key = re.sub(r"^bert\.", "", key)
+        if key.startswith(prefix):
+            key = key[len(prefix) :]
         key = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", key)
         key = re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", key)
         out[key] = value
     return out
 
 
+_normalise_hf_keys = normalise_hf_keys  # older name, kept for callers
+
+
+def _variant_for_hf(model_type: str | None) -> ModuleType:
+    from bertzoo.variants import VARIANTS
+
+    for module in VARIANTS.values():
+        if getattr(module, "HF_MODEL_TYPE", None) == model_type:
+            return module
+    known = sorted(m.HF_MODEL_TYPE for m in VARIANTS.values() if getattr(m, "HF_MODEL_TYPE", None))
+    raise CheckpointError(f"Hugging Face model_type {model_type!r} is not supported; supported: {', '.join(known)}")
+
+
+def _variant(config: ModelConfig) -> ModuleType:
+    from bertzoo.variants import get_variant
+
+    module = get_variant(config.variant)
+    if not hasattr(module, "state_to_hf"):
+        raise CheckpointError(f"variant {config.variant!r} has no Hugging Face counterpart to convert to or from")
+    return module
+
+
+def config_from_hf(raw: dict[str, Any]) -> ModelConfig:
+    """ModelConfig from a Hugging Face config dict (dispatches on `model_type`)."""
+    return _variant_for_hf(raw.get("model_type")).config_from_hf(raw)
+
+
+def config_to_hf(config: ModelConfig, architectures: list[str] | None = None) -> dict[str, Any]:
+    """A Hugging Face config dict for an exported bertzoo model."""
+    return _variant(config).config_to_hf(config, architectures)
+
+
 def state_from_hf(state: dict[str, torch.Tensor], config: ModelConfig) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """HF BERT tensors -> bertzoo keys. Encoder keys get the prefix `encoder.`; pretraining heads map
-    to `mlm_head.`/`nsp_head.`. Returns (state, unused HF keys)."""
-    src = _normalise_hf_keys(state)
-    out: dict[str, torch.Tensor] = {}
-    used: set[str] = set()
-    for hf, ours in _expand(BERT_ENCODER_KEYS, config.num_layers):
-        if hf in src:
-            out[f"encoder.{ours}"] = src[hf]
-            used.add(hf)
-    for i in range(config.num_layers):
-        for part in ("weight", "bias"):
-            names = [f"encoder.layer.{i}.attention.self.{n}.{part}" for n in _QKV]
-            if all(n in src for n in names):
-                out[f"encoder.stack.layers.{i}.attention.qkv.{part}"] = torch.cat([src[n] for n in names], dim=0)
-                used.update(names)
-    for hf, ours in BERT_HEAD_KEYS:
-        if hf in src:
-            out[ours] = src[hf]
-            used.add(hf)
-    # The decoder weight is tied to the word embeddings; its copy in HF files is redundant.
-    ignorable = {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "embeddings.position_ids"}
-    unused = sorted(k for k in src if k not in used and k not in ignorable)
-    return out, unused
+    """HF tensors -> bertzoo keys (`encoder.` prefix for the backbone, heads by objective).
+    Returns (state, HF keys that were not used)."""
+    return _variant(config).state_from_hf(state, config)
 
 
 def state_to_hf(state: dict[str, torch.Tensor], config: ModelConfig, *, prefix: str = "") -> dict[str, torch.Tensor]:
-    """bertzoo keys (with `encoder.` prefix for the backbone) -> HF BERT keys.
-
-    prefix="bert." gives BertForPreTraining / BertForMaskedLM names; "" gives BertModel names.
-    """
-    out: dict[str, torch.Tensor] = {}
-    for hf, ours in _expand(BERT_ENCODER_KEYS, config.num_layers):
-        if f"encoder.{ours}" in state:
-            out[prefix + hf] = state[f"encoder.{ours}"]
-    h = config.hidden_size
-    for i in range(config.num_layers):
-        for part in ("weight", "bias"):
-            fused = state.get(f"encoder.stack.layers.{i}.attention.qkv.{part}")
-            if fused is None:
-                continue
-            for j, n in enumerate(_QKV):
-                out[f"{prefix}encoder.layer.{i}.attention.self.{n}.{part}"] = fused[j * h : (j + 1) * h].clone()
-    for hf, ours in BERT_HEAD_KEYS:
-        if ours in state:
-            out[hf] = state[ours]
-    # The decoder weight (tied to the word embeddings) and decoder.bias (an alias of
-    # cls.predictions.bias) are not written: transformers re-ties both on load.
-    return {k: v.contiguous() for k, v in out.items()}
+    """bertzoo keys -> HF keys; `prefix` is the base-model prefix ("bert." for heads models, "" for the base)."""
+    return _variant(config).state_to_hf(state, config, prefix=prefix)
