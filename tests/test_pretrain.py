@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 
+import numpy as np
 import pytest
 from safetensors.torch import load_file
 
 from bertzoo.config import ConfigError, load_pretrain_config
-from bertzoo.train.pretrain import build_pretraining, pretrain
+from bertzoo.train.loop import Trainer
+from bertzoo.train.pretrain import build_pretraining, fixed_eval_batches, pretrain
 
 TINY_MODEL = {"preset": "bert-tiny", "hidden_size": 32, "num_heads": 2, "intermediate_size": 64, "max_position": 64}
 
@@ -32,21 +36,30 @@ def tiny_config(shards, out, **train):
 
 
 def test_resume_is_bitwise_exact(synthetic_shards, tmp_path):
-    """20 steps straight == 10 steps, stop, resume, 10 more steps (parameters bit for bit)."""
+    """20 steps straight == the same 20-step run stopped (SIGTERM) at step 10, then resumed."""
     straight = pretrain(tiny_config(synthetic_shards, tmp_path / "a"))
     assert straight["steps"] == 20
-    first = pretrain(tiny_config(synthetic_shards, tmp_path / "b", max_steps=10))
-    assert first["steps"] == 10
+
+    cfg = tiny_config(synthetic_shards, tmp_path / "b")
+    objective, dataset, collator, tokenizer = build_pretraining(cfg)
+
+    def stop(trainer, step):
+        # The signal is honoured after the next step: the run checkpoints at step 10 and returns.
+        if step == 9:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    first = Trainer(objective, dataset, collator, cfg.train, save_extra=tokenizer.save, callbacks=[stop]).train()
+    assert first["steps"] == 10 and first["stop_reason"] == "SIGTERM"
     resumed = pretrain(tiny_config(synthetic_shards, tmp_path / "b"), resume="auto")
-    assert resumed["steps"] == 20
+    assert resumed["steps"] == 20 and resumed["steps_this_session"] == 10
     a = load_file(tmp_path / "a" / "final" / "model.safetensors")
     b = load_file(tmp_path / "b" / "final" / "model.safetensors")
     assert a.keys() == b.keys()
     for key in a:
         assert a[key].equal(b[key]), key
-    # And training really moved the weights.
-    init_dir = tmp_path / "b" / "checkpoints"
-    assert sorted(p.name for p in init_dir.iterdir() if p.name.startswith("step-"))[-1] == "step-00000020"
+    # Training really moved the weights away from the step-10 checkpoint.
+    mid = load_file(tmp_path / "b" / "checkpoints" / "step-00000010" / "model.safetensors")
+    assert not mid["encoder.embeddings.norm.bias"].equal(b["encoder.embeddings.norm.bias"])
 
 
 def test_eval_reports_unigram_baseline(synthetic_shards, tmp_path):
@@ -54,12 +67,23 @@ def test_eval_reports_unigram_baseline(synthetic_shards, tmp_path):
     cfg.data.eval_shards = str(synthetic_shards)
     cfg.data.eval_batches = 2
     summary = pretrain(cfg)
+    # Recompute the baseline independently: raw token counts straight from the shard files, and
+    # the masked labels of the same fixed evaluation batches.
+    _, _, collator, tokenizer = build_pretraining(cfg)
+    files = sorted(synthetic_shards.glob("shard_*.tokens.npy"))
+    tokens = np.concatenate([np.load(f, allow_pickle=False) for f in files]).astype(np.int64)
+    counts = np.bincount(tokens, minlength=tokenizer.vocab_size)
+    counts[tokenizer.special_ids] = 0
+    labels = np.concatenate([b.labels[b.labels != -100].numpy() for b in fixed_eval_batches(cfg, tokenizer, collator)])
+    assert len(labels) > 50
+    probs = (counts + 1) / (counts.sum() + len(counts))
     base = summary["baseline"]
-    assert 0.0 < base["unigram_mlm_acc"] < 0.5
-    assert base["unigram_mlm_loss"] > 1.0
+    assert base["unigram_mlm_acc"] == pytest.approx(float((labels == counts.argmax()).mean()))
+    assert base["unigram_mlm_loss"] == pytest.approx(float(-np.log(probs[labels]).mean()))
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in rows if "eval_mlm_acc" in r]
     assert [r["step"] for r in evals][:2] == [3, 6]
+    assert all(0.0 <= r["eval_mlm_acc"] <= 1.0 and r["eval_mlm_loss"] > 0 for r in evals)
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 6
 
 
