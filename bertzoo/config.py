@@ -90,10 +90,14 @@ class ModelConfig:
 class MaskingConfig:
     """Masked-LM corruption: which positions are selected and how they are replaced."""
 
+    strategy: str = "token"  # selection: token | whole_word | span | phrase | entity (see masking.SELECTORS)
     mask_prob: float = 0.15  # share of non-special tokens selected for prediction
     replace_mask: float = 0.8  # of the selected: replaced by [MASK]
     replace_random: float = 0.1  # of the selected: replaced by a random token; the rest is kept
     max_predictions: int | None = None  # cap per sequence (BERT used 20 at length 128)
+    span_p: float = 0.2  # span strategy: geometric length distribution parameter (SpanBERT)
+    max_span: int = 10  # span strategy: longest span, in words
+    static_copies: int = 0  # 0 = dynamic masking; N = static masks, N copies per example (RoBERTa's baseline)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.mask_prob < 1.0:
@@ -114,6 +118,11 @@ class DataConfig:
     short_seq_prob: float = 0.1  # BERT: sometimes use a shorter target length
     nsp: bool = True
     nsp_random_prob: float = 0.5  # share of NotNext pairs
+    # "" = the variant's default; segment_pair (BERT NSP), sentence_order (ALBERT SOP),
+    # full_sentences / doc_sentences (RoBERTa), single (one segment per example)
+    input_format: str = ""
+    tokens_per_batch: int = 0  # doc_sentences: vary the batch size to keep tokens per batch constant
+    lexicon: str = ""  # phrase/entity masking: a lexicon or annotation file (ERNIE)
     masking: MaskingConfig = field(default_factory=MaskingConfig)
     num_workers: int = 0
     pad_to_multiple_of: int = 8
@@ -161,6 +170,8 @@ class PretrainConfig:
     """A whole pretraining run, as read from `configs/pretrain/*.yaml`."""
 
     variant: str = "bert"
+    objective: str = ""  # "" = the variant's default objective
+    objective_args: dict[str, Any] = field(default_factory=dict)  # variant-specific (e.g. ELECTRA's generator size)
     model: dict[str, Any] = field(default_factory=dict)  # a preset name under "preset" plus overrides
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)

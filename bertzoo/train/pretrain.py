@@ -18,7 +18,12 @@ from bertzoo.errors import ConfigError
 
 def build_pretraining(cfg: PretrainConfig):
     """(objective, dataset, collator, tokenizer) for a pretraining config, validated before any
-    training starts: vocabulary and sequence length must fit the model."""
+    training starts: vocabulary and sequence length must fit the model.
+
+    A variant module may define `examples(cfg, corpus, tokenizer)` and `collator(cfg, tokenizer)`
+    for its own data recipe; otherwise BERT's (NSP pairs or single segments, token masking) is used.
+    `build(model_config, objective, **cfg.objective_args)` makes the trainable module.
+    """
     from bertzoo.data.collate import PretrainingCollator
     from bertzoo.data.shards import ShardedCorpus
     from bertzoo.variants import get_variant
@@ -49,15 +54,33 @@ def build_pretraining(cfg: PretrainConfig):
     # restarted before its first checkpoint (or run in a long-lived process) starts from the same weights.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.train.seed)
-        objective = variant.build(model_cfg, objective="mlm+nsp" if cfg.data.nsp else "mlm")
-    dataset = _examples(cfg, corpus, tokenizer)
-    collator = PretrainingCollator(
-        tokenizer, cfg.data.masking, seed=cfg.train.seed, pad_to_multiple_of=cfg.data.pad_to_multiple_of
-    )
+        objective = variant.build(model_cfg, objective=_objective_name(cfg, variant), **cfg.objective_args)
+    make_examples = getattr(variant, "examples", _examples)
+    dataset = make_examples(cfg, corpus, tokenizer)
+    if hasattr(variant, "collator"):
+        collator = variant.collator(cfg, tokenizer)
+    else:
+        collator = PretrainingCollator(
+            tokenizer,
+            cfg.data.masking,
+            seed=cfg.train.seed,
+            pad_to_multiple_of=cfg.data.pad_to_multiple_of,
+            selector=cfg.data.masking.strategy,
+        )
     return objective, dataset, collator, tokenizer
 
 
+def _objective_name(cfg: PretrainConfig, variant) -> str:
+    """The configured objective; BERT's default follows data.nsp (mlm+nsp or mlm)."""
+    if cfg.objective:
+        return cfg.objective
+    if cfg.variant == "bert":
+        return "mlm+nsp" if cfg.data.nsp else "mlm"
+    return variant.DEFAULT_OBJECTIVE
+
+
 def _examples(cfg: PretrainConfig, corpus, tokenizer):
+    """BERT's data recipe: NSP segment pairs, or single segments when data.nsp is false."""
     from bertzoo.data.examples import NspDataset
 
     return NspDataset(

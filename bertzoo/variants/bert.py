@@ -24,6 +24,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 OBJECTIVES = ("mlm+nsp", "mlm")
+DEFAULT_OBJECTIVE = "mlm+nsp"
 HF_MODEL_TYPE = "bert"
 
 
