@@ -42,10 +42,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     tok = sub.add_parser("tokenizer", help="tokenizer tools").add_subparsers(dest="tok_command", required=True)
-    tt = tok.add_parser("train", help="train a WordPiece vocabulary on a corpus")
+    tt = tok.add_parser("train", help="train a WordPiece, byte-level BPE or Unigram vocabulary on a corpus")
     _add_corpus_args(tt)
-    tt.add_argument("--out", "-o", required=True, help="output directory (vocab.txt, tokenizer.json)")
-    tt.add_argument("--vocab-size", type=int, default=30000)
+    tt.add_argument("--out", "-o", required=True, help="output directory (tokenizer.json, tokenizer_config.json, ...)")
+    tt.add_argument(
+        "--model",
+        choices=["wordpiece", "bpe", "unigram"],
+        default="wordpiece",
+        help="wordpiece (BERT), bpe (byte-level, RoBERTa; always cased), unigram (SentencePiece-style, ALBERT)",
+    )
+    tt.add_argument("--vocab-size", type=int, default=None, help="default: 50000 for bpe, 30000 otherwise")
     tt.add_argument("--min-frequency", type=int, default=2)
     tt.add_argument("--cased", action="store_true", help="keep case (default: lower-case)")
     tt.add_argument(
@@ -137,22 +143,32 @@ def cmd_tokenizer_train(args: argparse.Namespace) -> int:
     import itertools
 
     from bertzoo.data.corpus import ReadStats, read_documents
-    from bertzoo.data.tokenizer import train_wordpiece
+    from bertzoo.data.tokenizer import train_bpe, train_unigram, train_wordpiece
 
     stats = ReadStats()
     docs = read_documents(args.input, fmt=args.format, text_field=args.text_field, doc_per=args.doc_per, stats=stats)
     if args.limit_docs:
         docs = itertools.islice(docs, args.limit_docs)
-    tok = train_wordpiece(
-        docs,
-        args.vocab_size,
-        lowercase=not args.cased,
-        strip_accents=_strip_accents(args.strip_accents),
-        min_frequency=args.min_frequency,
-    )
+    model = getattr(args, "model", "wordpiece")
+    vocab_size = args.vocab_size or (50000 if model == "bpe" else 30000)
+    if model == "bpe":
+        tok = train_bpe(docs, vocab_size, min_frequency=args.min_frequency)
+    elif model == "unigram":
+        tok = train_unigram(
+            docs, vocab_size, lowercase=not args.cased, strip_accents=_strip_accents(args.strip_accents)
+        )
+    else:
+        tok = train_wordpiece(
+            docs,
+            vocab_size,
+            lowercase=not args.cased,
+            strip_accents=_strip_accents(args.strip_accents),
+            min_frequency=args.min_frequency,
+        )
     out = tok.save(args.out)
     _report_stats(stats)
-    print(f"trained WordPiece vocabulary of {tok.vocab_size} tokens on {stats.documents} documents -> {out}")
+    name = {"wordpiece": "WordPiece", "bpe": "byte-level BPE", "unigram": "Unigram"}[model]
+    print(f"trained {name} vocabulary of {tok.vocab_size} tokens on {stats.documents} documents -> {out}")
     return 0
 
 
@@ -274,7 +290,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from bertzoo.hub import convert_directory
 
     info = convert_directory(args.src, args.dst, args.src_format, args.dst_format)
-    print(f"converted {info['kind']} ({info['from']}) -> {info['architecture']} in {info['to']}")
+    arch = f" ({info['architecture']})" if args.dst_format == "hf" else ""
+    print(f"converted the {info['kind']} model {info['from']} -> {info['to']}{arch}")
     return 0
 
 

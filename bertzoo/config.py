@@ -38,6 +38,7 @@ class ModelConfig:
     intermediate_size: int = 3072
     max_position: int = 512
     type_vocab_size: int = 2
+    task_type_vocab_size: int = 0  # ERNIE 2.0 task embedding rows (0 = no task embedding)
     # Factorized embeddings (ALBERT): None means the embedding width equals hidden_size.
     embedding_size: int | None = None
     hidden_act: Activation = "gelu"

@@ -106,3 +106,70 @@ class SpanHead(nn.Module):
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         """(batch, seq, in_dim) -> (batch, seq, 2): [..., 0] start logits, [..., 1] end logits."""
         return self.qa(features)
+
+
+class ReplacedTokenDetectionHead(nn.Module):
+    """ELECTRA's discriminator head: dense -> activation -> Linear(hidden, 1), one logit per token
+    ("was this token replaced?"); Hugging Face's ElectraDiscriminatorPredictions."""
+
+    def __init__(self, hidden_size: int, act: str = "gelu") -> None:
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, hidden_size)
+        self.act = activation(act)
+        self.prediction = nn.Linear(hidden_size, 1)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(..., hidden) -> (...): the replaced-token logit of every position."""
+        return self.prediction(self.act(self.dense(hidden))).squeeze(-1)
+
+
+class SpanBoundaryHead(nn.Module):
+    """SpanBERT's span boundary objective head: a token x_i of a masked span (x_s .. x_e) is predicted
+    from the encodings of the boundary tokens just outside it, x_{s-1} and x_{e+1}, and a learned
+    embedding of its position i - s inside the span:
+
+        h = LayerNorm(act(W2 LayerNorm(act(W1 [x_{s-1}; x_{e+1}; p_{i-s}]))));  logits = decoder(h)
+
+    with the decoder tied to the word embeddings. Relative positions beyond the table are clamped.
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        vocab_size: int,
+        *,
+        max_positions: int = 32,
+        embedding_size: int | None = None,
+        act: str = "gelu",
+        layer_norm_eps: float = 1e-12,
+        tied_weight: nn.Parameter | None = None,
+    ) -> None:
+        super().__init__()
+        width = embedding_size or hidden_size  # ALBERT-style factorized embeddings: decode at their width
+        self.position = nn.Embedding(max_positions, hidden_size)
+        self.dense1 = nn.Linear(3 * hidden_size, hidden_size)
+        self.norm1 = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
+        self.dense2 = nn.Linear(hidden_size, width)
+        self.norm2 = nn.LayerNorm(width, eps=layer_norm_eps)
+        self.act = activation(act)
+        self.decoder = nn.Linear(width, vocab_size)
+        if tied_weight is not None:
+            self.decoder.weight = tied_weight
+        nn.init.zeros_(self.decoder.bias)
+
+    def forward(
+        self, hidden: torch.Tensor, positions: torch.Tensor, span_start: torch.Tensor, span_end: torch.Tensor
+    ) -> torch.Tensor:
+        """hidden: (batch, seq, hidden); positions: (batch, seq) bool, the tokens to predict;
+        span_start / span_end: (batch, seq) first and last position of each token's span.
+        Returns (num_selected, vocab)."""
+        rows, cols = positions.nonzero(as_tuple=True)  # (n,) each
+        start, end = span_start[rows, cols], span_end[rows, cols]
+        last = hidden.size(1) - 1
+        left = hidden[rows, (start - 1).clamp(0, last)]  # x_{s-1}: (n, hidden)
+        right = hidden[rows, (end + 1).clamp(0, last)]  # x_{e+1}
+        rel = (cols - start).clamp(0, self.position.num_embeddings - 1)
+        x = torch.cat([left, right, self.position(rel)], dim=-1)  # (n, 3 * hidden)
+        x = self.norm1(self.act(self.dense1(x)))
+        x = self.norm2(self.act(self.dense2(x)))
+        return self.decoder(x)

@@ -163,7 +163,7 @@ def _load_state(directory: Path) -> tuple[dict[str, Any], ModelConfig, dict[str,
         if unused:
             # Task heads of other architectures (e.g. a classifier) are not part of the encoder.
             raw = {**raw, "_unused_hf_keys": unused}
-    elif not any(k.startswith("encoder.") for k in state):
+    elif not any(k.startswith(("encoder.", "discriminator.encoder.")) for k in state):
         state = {f"encoder.{k}": v for k, v in state.items()}
     return raw, config, state
 
@@ -175,7 +175,9 @@ def load_encoder(path: str | Path) -> nn.Module:
 
     directory = resolve(path)
     _, config, state = _load_state(directory)
-    enc_state = {k[len("encoder.") :]: v for k, v in state.items() if k.startswith("encoder.")}
+    # An ELECTRA pretraining checkpoint holds a generator and a discriminator: the discriminator is the encoder.
+    prefix = "discriminator.encoder." if any(k.startswith("discriminator.encoder.") for k in state) else "encoder."
+    enc_state = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
     if "pooler.dense.weight" not in enc_state and config.pooler:
         # Checkpoints without a pooler (e.g. sentence-transformers exports) load without one.
         config.pooler = False
@@ -191,12 +193,17 @@ def load_pretraining(path: str | Path) -> nn.Module:
     """A MaskedLM objective (encoder + heads) from a bertzoo or Hugging Face pretraining checkpoint."""
     from bertzoo.model import Encoder
     from bertzoo.objectives.mlm import MaskedLM
+    from bertzoo.variants import get_variant
 
     directory = resolve(path)
     raw, config, state = _load_state(directory)
-    objective = raw.get("objective") or ("mlm+nsp" if "nsp_head.classifier.weight" in state else "mlm")
-    sentence_task = None if objective == "mlm" else objective.split("+", 1)[1]
-    model = MaskedLM(Encoder(config), sentence_task=sentence_task)
+    variant = get_variant(config.variant)
+    if hasattr(variant, "pretraining_model"):  # a variant whose pretraining module is not BERT's (ELECTRA)
+        model = variant.pretraining_model(raw, config, state)
+    else:
+        objective = raw.get("objective") or ("mlm+nsp" if "nsp_head.classifier.weight" in state else "mlm")
+        sentence_task = None if objective == "mlm" else objective.split("+", 1)[1]
+        model = MaskedLM(Encoder(config), sentence_task=sentence_task)
     load_into(model, state, source=str(directory))
     return model
 
@@ -212,6 +219,8 @@ def export_hf(module: nn.Module, directory: str | Path) -> Path:
 
     if hasattr(module, "head_config") and hasattr(module, "encoder"):
         return export_finetuned_hf(module, directory)
+    if hasattr(module, "export_hf"):  # modules that write their own (ELECTRA's discriminator and joint objective)
+        return Path(module.export_hf(directory))
     if has_adapters(module):
         raise CheckpointError(
             "the model has adapters, which the Hugging Face BERT architecture has no place for; "
@@ -386,7 +395,7 @@ def _hf_to_finetuned(src: Path, dst: Path, raw: dict[str, Any], task_name: str) 
     model.head_config = head
     _, head_class, key_map, _ = HF_TASK_HEADS[task_name]
     head_name, _ = _find_head(model, head_class)
-    hf_state = convert._normalise_hf_keys(load_weights(src))
+    hf_state = convert.normalise_hf_keys(load_weights(src))
     state = dict(model.state_dict())
     for ours, hf in key_map.items():
         for part in ("weight", "bias"):

@@ -46,6 +46,7 @@ class Encoder(nn.Module):
             embedding_size=c.embedding_size,
             max_position=c.max_position,
             type_vocab_size=c.type_vocab_size,
+            task_type_vocab_size=c.task_type_vocab_size,
             position=c.position,
             position_offset=c.position_offset,
             pad_token_id=c.pad_token_id,
@@ -84,19 +85,28 @@ class Encoder(nn.Module):
         *,
         output_hidden_states: bool = False,
         output_attentions: bool = False,
+        top_queries: int | None = None,
+        task_type_ids: torch.Tensor | None = None,
     ) -> EncoderOutput:
         """input_ids: (batch, seq). attention_mask: (batch, seq) padding mask, or a 3-D/4-D boolean
-        mask (True = may attend) for custom attention patterns."""
+        mask (True = may attend) for custom attention patterns. `top_queries=n`: the last layer runs
+        for the first n positions only and `last_hidden_state` has n positions (a [CLS] classifier
+        passes 1 and skips most of the top layer; the pooler is unchanged). `task_type_ids`: ERNIE 2.0's
+        task of each token, for models with a task embedding."""
         seq = input_ids.size(1)
         if position_ids is None and seq > self.embeddings.max_position:
             raise BertzooError(
                 f"sequence length {seq} exceeds the model's position table ({self.embeddings.max_position}); "
                 "lower data.max_seq_len or use a model with a larger max_position"
             )
-        x = self.embeddings(input_ids, token_type_ids, position_ids)  # (batch, seq, hidden)
+        x = self.embeddings(input_ids, token_type_ids, position_ids, task_type_ids)  # (batch, seq, hidden)
         mask = to_attention_mask(attention_mask)  # (batch, 1, 1|seq, seq) bool
         x, hidden_states, attentions = self.stack(
-            x, mask, output_hidden_states=output_hidden_states, output_attentions=output_attentions
+            x,
+            mask,
+            output_hidden_states=output_hidden_states,
+            output_attentions=output_attentions,
+            top_queries=top_queries,
         )
         if self.final_norm is not None:
             x = self.final_norm(x)

@@ -278,6 +278,11 @@ def test_finetune_end_to_end(tmp_path: Path, task_files) -> None:
     assert preds[0]["label"] == "fruit"
     encoder = Encoder.from_pretrained(str(model_dir))  # the encoder part loads on its own
     assert encoder.config.hidden_size == 32
+    from bertzoo.tasks import TaskModel
+
+    same = TaskModel.from_pretrained(str(model_dir))
+    for (name, a), b in zip(model.state_dict().items(), same.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
 
 
 def test_finetune_with_techniques(tmp_path: Path, task_files) -> None:
@@ -326,3 +331,33 @@ def test_finetune_errors_are_clear(tmp_path: Path, task_files) -> None:
             resolve_model_path("builtin:all-minilm-l6-v2")
     else:
         assert (resolve_model_path("builtin:all-minilm-l6-v2") / "config.json").is_file()
+
+
+def test_finetune_from_pretrained_directories_and_resume(tmp_path: Path, task_files) -> None:
+    """Start from a bertzoo pretraining checkpoint and from a Hugging Face directory; stop and resume."""
+    from bertzoo.data.tokenizer import Tokenizer
+    from bertzoo.hub import export_hf
+    from bertzoo.train.finetune import finetune
+    from bertzoo.variants.bert import build, model_config
+
+    tok = Tokenizer.load(task_files["tokenizer"])
+    torch.manual_seed(0)
+    spec = {"preset": "bert-tiny", "hidden_size": 32, "num_heads": 2, "intermediate_size": 64, "max_position": 64}
+    pretrained = build(model_config({**spec, "vocab_size": tok.vocab_size}))
+    pretrained.save_pretrained(str(tmp_path / "pre"))
+    tok.save(tmp_path / "pre")
+    export_hf(pretrained, tmp_path / "hf")
+    tok.save(tmp_path / "hf")
+    for source in ("pre", "hf"):
+        cfg = tiny_finetune_config(task_files, tmp_path / f"run-{source}", epochs=1)
+        cfg.model_config, cfg.model, cfg.tokenizer = {}, str(tmp_path / source), ""
+        summary = finetune(cfg)
+        assert summary["completed"] and 0.0 <= summary["test"]["accuracy"] <= 1.0
+
+    cfg = tiny_finetune_config(task_files, tmp_path / "resume", epochs=2, max_minutes=1e-9, save_every=5)
+    stopped = finetune(cfg)
+    assert not stopped["completed"] and stopped["steps"] == 1 and "test" not in stopped
+    assert not (tmp_path / "resume" / "report.json").exists()
+    cfg.train.max_minutes = None
+    resumed = finetune(cfg, resume="auto")
+    assert resumed["completed"] and resumed["steps"] == 30 and (tmp_path / "resume" / "report.json").is_file()

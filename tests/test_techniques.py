@@ -345,3 +345,35 @@ def test_feature_mix_model_trains_with_a_frozen_encoder(tmp_path: Path, mix: str
     if mix == "weighted":
         assert "mix.weights" in moved
     assert math.isfinite(losses[-1])
+
+
+# ------------------------------------------------------------------------------ no wasted work
+
+
+@pytest.mark.parametrize("adapters", [False, True])
+def test_cls_only_top_layer_is_exact(adapters: bool) -> None:
+    """A classifier reading only [CLS] runs the top layer for that one position: same outputs, same gradients."""
+    full = TinyClassifier(tiny_encoder(seed=3))
+    if adapters:
+        add_adapters(full.encoder, 4)
+        with torch.no_grad():
+            for name, p in full.named_parameters():
+                if ".adapter.up." in name:
+                    p.normal_(std=0.1)  # not the identity
+    cls_only = TinyClassifier(tiny_encoder(seed=3))
+    if adapters:
+        add_adapters(cls_only.encoder, 4)
+    cls_only.load_state_dict(full.state_dict())
+    cls_only.reads_sequence = False
+    b = batch_of(8, seed=5)
+    assert b.attention_mask.min() == 0  # padding present
+    outs = []
+    for model in (full, cls_only):
+        out = model(b)
+        out.loss.backward()
+        outs.append((out.logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    torch.testing.assert_close(outs[1][0], outs[0][0], atol=1e-6, rtol=1e-5)
+    for name, grad in outs[0][1].items():
+        torch.testing.assert_close(outs[1][1][name], grad, atol=1e-6, rtol=1e-4, msg=name)
+    seq, _ = cls_only.encode(b)
+    assert seq.shape[1] == 1  # only [CLS] left the top layer

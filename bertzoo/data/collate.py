@@ -40,7 +40,14 @@ class PretrainingCollator:
     `next_sentence_label`, and `index`/`epoch` which seed the mask) into a masked `Batch`.
 
     The mask of an example depends only on (seed, its epoch, its index): the same example gets the
-    same mask in any batch, with any number of workers or processes.
+    same mask in any batch, with any number of workers or processes. Items that are lists of
+    example dicts (token-budget bins, `bertzoo.data.token_batches`) are flattened first.
+
+    Static masking (RoBERTa's baseline): with `masking.static_copies = N > 0` the mask is keyed by
+    `epoch % N` instead of the epoch, so every example has N fixed masks that recur every N epochs
+    (N = 1 is BERT's original single static mask; RoBERTa duplicated its data N = 10 times).
+    That is exactly "preprocess N masked copies" for datasets whose examples do not change between
+    epochs (FULL-/DOC-SENTENCES with short_seq_prob 0); 0 keeps dynamic masking, a new mask per epoch.
     """
 
     def __init__(
@@ -62,6 +69,10 @@ class PretrainingCollator:
                 raise ConfigError("PretrainingCollator needs vocab_size when given special ids instead of a tokenizer")
         if max(special) >= vocab_size:
             raise ConfigError(f"special token id {max(special)} is outside the vocabulary of {vocab_size}")
+        if masking.static_copies < 0:
+            raise ConfigError(
+                f"data.masking.static_copies must be >= 0 (0 = dynamic masking), got {masking.static_copies}"
+            )
         self.special = special
         self.masking = masking
         self.seed = int(seed)
@@ -73,7 +84,9 @@ class PretrainingCollator:
         self._is_special[list(special)] = True
         self.replacement_ids = np.flatnonzero(~self._is_special).astype(np.int64)
 
-    def __call__(self, examples: Sequence[dict[str, Any]]) -> Batch:
+    def __call__(self, examples: Sequence[dict[str, Any]] | Sequence[list[dict[str, Any]]]) -> Batch:
+        if examples and isinstance(examples[0], list):  # token-budget bins
+            examples = [e for group in examples for e in group]
         if not examples:
             raise DataError("cannot collate an empty list of examples")
         try:
@@ -81,6 +94,8 @@ class PretrainingCollator:
         except KeyError:
             raise DataError("pretraining examples need an 'index' (it seeds the mask); use NspDataset") from None
         epoch = np.fromiter((int(e.get("epoch", 0)) for e in examples), dtype=np.int64, count=len(examples))
+        if self.masking.static_copies > 0:
+            epoch = epoch % self.masking.static_copies
         ids, lengths = pad_batch([e["input_ids"] for e in examples], self.special.pad, self.pad_to_multiple_of)
         if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
             raise DataError(

@@ -17,6 +17,16 @@ Differences from Google's script (all deliberate, see the docstrings below):
 * `len(dataset)` is fixed by epoch 0's plan: later epochs draw a slightly different number of
   examples and are trimmed (a random subset) or topped up (random repeats) to that length, so
   samplers that fix the dataset size once keep working.
+
+The other input formats share the plan machinery (`INPUT_FORMATS`, `pretraining_dataset`):
+
+* ``sentence_order`` (ALBERT, `SopDataset`): two consecutive segments of one document, in order
+  (label 0) or swapped (label 1).
+* ``full_sentences`` (RoBERTa, `FullSentencesDataset`): contiguous sentences packed up to the
+  length limit, crossing document boundaries, with a separator token where a document ends.
+* ``doc_sentences`` / ``single`` (RoBERTa, `DocSentencesDataset`): contiguous sentences of one
+  document. With `data.tokens_per_batch` the examples are grouped into token-budget bins
+  (`bertzoo.data.token_batches`) so that a batch holds a near-constant number of tokens.
 """
 
 from __future__ import annotations
@@ -27,14 +37,28 @@ from typing import Any
 
 import numpy as np
 
+from bertzoo.config import DataConfig
 from bertzoo.data import rng as rng_mod
 from bertzoo.data.shards import ShardedCorpus
 from bertzoo.data.tokenizer import SpecialIds, Tokenizer
 from bertzoo.errors import ConfigError, DataError
 
-__all__ = ["EpochPlan", "NspDataset", "build_plan", "truncation_counts"]
+__all__ = [
+    "INPUT_FORMATS",
+    "DocSentencesDataset",
+    "EpochPlan",
+    "FullSentencesDataset",
+    "NspDataset",
+    "SopDataset",
+    "build_full_sentences_plan",
+    "build_plan",
+    "build_sop_plan",
+    "pretraining_dataset",
+    "truncation_counts",
+]
 
 IS_NEXT, NOT_NEXT = 0, 1
+IN_ORDER, SWAPPED = 0, 1  # sentence-order labels, as Hugging Face's AlbertForPreTraining reads them
 
 
 def truncation_counts(len_a: int, len_b: int, max_tokens: int) -> tuple[int, int]:
@@ -245,6 +269,8 @@ class NspDataset:
     Call `set_epoch(e)` to build epoch e's plan (epoch 0 is built on construction).
     """
 
+    _needs_other_documents = True  # NotNext segments come from another document
+
     def __init__(
         self,
         corpus: ShardedCorpus,
@@ -274,7 +300,7 @@ class NspDataset:
         for name, p in (("short_seq_prob", short_seq_prob), ("nsp_random_prob", nsp_random_prob)):
             if not 0.0 <= p <= 1.0:
                 raise ConfigError(f"data.{name} must be within [0, 1], got {p}")
-        if nsp and corpus.num_docs < 2:
+        if nsp and self._needs_other_documents and corpus.num_docs < 2:
             raise DataError(
                 f"next-sentence prediction needs at least 2 documents, {corpus.path} has {corpus.num_docs}; "
                 "add data or set data.nsp=false"
@@ -326,6 +352,13 @@ class NspDataset:
     def __len__(self) -> int:
         return self._length
 
+    def example_lengths(self) -> np.ndarray:
+        """Token count of every example of the current epoch, special tokens included (int64)."""
+        n = (self.plan.a[:, 1] - self.plan.a[:, 0]) + 2
+        if self.nsp:
+            n = n + (self.plan.b[:, 1] - self.plan.b[:, 0]) + 1
+        return n.astype(np.int64)
+
     def __getitem__(self, i: int) -> dict[str, Any]:
         i = int(i)
         if not 0 <= i < self._length:
@@ -346,3 +379,306 @@ class NspDataset:
             types[2 + la :] = 1
             out["next_sentence_label"] = int(self.plan.label[i])
         return out
+
+
+# --- ALBERT: sentence-order prediction --------------------------------------------------------
+
+
+def build_sop_plan(
+    corpus: ShardedCorpus,
+    *,
+    max_seq_len: int,
+    seed: int,
+    epoch: int,
+    short_seq_prob: float = 0.1,
+    swap_prob: float = 0.5,
+    block_docs: int = 8192,
+) -> EpochPlan:
+    """Plan one epoch of sentence-order examples (ALBERT).
+
+    Documents are cut into chunks exactly like BERT's (sentences accumulate up to a target length,
+    sometimes a shorter one); a chunk of n >= 2 sentences splits at a random sentence boundary into
+    A = the first 1..n-1 sentences and B = the rest, so B starts where A ends. A one-sentence chunk
+    splits inside the sentence at a random token (ALBERT's script would pair it with a random other
+    document, an NSP negative that SOP is meant to avoid); a one-token sentence is skipped. Too-long
+    pairs are trimmed at the *outer* ends only (A's front, B's back), so the junction stays exact.
+    With probability `swap_prob` the example holds (B, A) and label SWAPPED, else (A, B), IN_ORDER.
+    """
+    u = _Uniform(seed, epoch, "sop/plan")
+    num_docs = corpus.num_docs
+    doc_off = corpus.doc_offsets
+    sent_off = corpus.sentence_offsets
+    a_s, a_e, b_s, b_e = array("q"), array("q"), array("q"), array("q")
+    labels, targets = array("b"), array("i")
+    max_tokens = max_seq_len - 3
+
+    def new_target() -> int:
+        if max_tokens > 2 and u.random() < short_seq_prob:
+            return u.randint(2, max_tokens - 1)
+        return max_tokens
+
+    def emit(sa: int, ea: int, sb: int, eb: int, target: int) -> None:
+        ra, rb = truncation_counts(ea - sa, eb - sb, max_tokens)
+        sa, eb = sa + ra, eb - rb
+        if u.random() < swap_prob:
+            (sa, ea), (sb, eb), label = (sb, eb), (sa, ea), SWAPPED
+        else:
+            label = IN_ORDER
+        a_s.append(sa)
+        a_e.append(ea)
+        b_s.append(sb)
+        b_e.append(eb)
+        labels.append(label)
+        targets.append(target)
+
+    for d_lo in range(0, num_docs, block_docs):
+        d_hi = min(num_docs, d_lo + block_docs)
+        s_base = int(doc_off[d_lo])
+        doffs = doc_off[d_lo : d_hi + 1].tolist()
+        soffs = sent_off[s_base : int(doc_off[d_hi]) + 1].tolist()
+        for d in range(d_lo, d_hi):
+            s0, s1 = doffs[d - d_lo] - s_base, doffs[d - d_lo + 1] - s_base
+            target = new_target()
+            chunk_start = s0
+            for i in range(s0, s1):
+                if i < s1 - 1 and soffs[i + 1] - soffs[chunk_start] < target:
+                    continue
+                n = i - chunk_start + 1
+                if n >= 2:
+                    mid = soffs[chunk_start + u.randint(1, n - 1)]
+                    emit(soffs[chunk_start], mid, mid, soffs[i + 1], target)
+                elif soffs[i + 1] - soffs[i] >= 2:
+                    start, end = soffs[i], soffs[i + 1]
+                    mid = start + u.randint(1, end - start - 1)
+                    emit(start, mid, mid, end, target)
+                chunk_start = i + 1
+                target = new_target()
+
+    n = len(labels)
+    if n == 0:
+        empty = np.zeros((0, 2), np.int64)
+        return EpochPlan(empty, empty.copy(), np.zeros(0, np.int8), np.zeros(0, np.int32), max_tokens)
+    a = np.stack([np.frombuffer(a_s, np.int64), np.frombuffer(a_e, np.int64)], axis=1)
+    b = np.stack([np.frombuffer(b_s, np.int64), np.frombuffer(b_e, np.int64)], axis=1)
+    label = np.frombuffer(labels, np.int8).copy()
+    return EpochPlan(a, b, label, np.frombuffer(targets, np.int32).copy(), max_tokens)
+
+
+class SopDataset(NspDataset):
+    """ALBERT's sentence-order examples: `[CLS] A [SEP] B [SEP]` where A and B are consecutive
+    segments of one document, in order (`next_sentence_label` 0) or swapped (1). The label keeps
+    BERT's field name so the collator and the sentence-pair head need nothing new.
+    `swap_prob` is the share of swapped pairs (0.5 in ALBERT)."""
+
+    _needs_other_documents = False
+
+    def __init__(
+        self,
+        corpus: ShardedCorpus,
+        tokenizer_ids: tuple[int, int] | SpecialIds | Tokenizer,
+        max_seq_len: int = 128,
+        *,
+        seed: int,
+        short_seq_prob: float = 0.1,
+        swap_prob: float = 0.5,
+    ) -> None:
+        super().__init__(
+            corpus,
+            tokenizer_ids,
+            max_seq_len,
+            seed=seed,
+            short_seq_prob=short_seq_prob,
+            nsp_random_prob=swap_prob,
+            nsp=True,
+        )
+
+    def _build(self, epoch: int) -> EpochPlan:
+        return build_sop_plan(
+            self.corpus,
+            max_seq_len=self.max_seq_len,
+            seed=self.seed,
+            epoch=epoch,
+            short_seq_prob=self.short_seq_prob,
+            swap_prob=self.nsp_random_prob,
+        )
+
+
+# --- RoBERTa: FULL-SENTENCES and DOC-SENTENCES -------------------------------------------------
+
+
+def _doc_token_starts(corpus: ShardedCorpus) -> np.ndarray:
+    """Global token offset where each document starts (increasing)."""
+    return np.asarray(corpus.sentence_offsets[corpus.doc_offsets[:-1]], dtype=np.int64)
+
+
+def build_full_sentences_plan(
+    corpus: ShardedCorpus,
+    *,
+    max_seq_len: int,
+    seed: int,
+    epoch: int,
+    short_seq_prob: float = 0.0,
+    block_docs: int = 8192,
+) -> EpochPlan:
+    """Plan FULL-SENTENCES examples (RoBERTa): whole sentences in corpus order, packed until the
+    next one would exceed the target, crossing document boundaries; every boundary inside an
+    example costs one separator token (inserted by `FullSentencesDataset`). A sentence longer than
+    the target is cut into target-sized windows. Every token of the corpus is in exactly one
+    example. With `short_seq_prob` 0 (RoBERTa) the plan is the same for every epoch.
+    An example is a single global token range [start, end): sentences are contiguous across
+    documents and shards, so the range needs no list of pieces.
+    """
+    u = _Uniform(seed, epoch, "full_sentences/plan")
+    max_tokens = max_seq_len - 2
+    doc_off = corpus.doc_offsets
+    sent_off = corpus.sentence_offsets
+    starts, ends, targets = array("q"), array("q"), array("i")
+
+    def new_target() -> int:
+        if max_tokens > 2 and u.random() < short_seq_prob:
+            return u.randint(2, max_tokens - 1)
+        return max_tokens
+
+    def emit(start: int, end: int, target: int) -> None:
+        starts.append(start)
+        ends.append(end)
+        targets.append(target)
+
+    target = new_target()
+    start = used = 0  # current example: first token and tokens used so far (separators included)
+    for d_lo in range(0, corpus.num_docs, block_docs):
+        d_hi = min(corpus.num_docs, d_lo + block_docs)
+        s_lo, s_hi = int(doc_off[d_lo]), int(doc_off[d_hi])
+        soffs = sent_off[s_lo : s_hi + 1].tolist()
+        first = set((doc_off[d_lo:d_hi] - s_lo).tolist())  # local index of each document's first sentence
+        for k in range(s_hi - s_lo):
+            pos, end = soffs[k], soffs[k + 1]
+            cost = end - pos + (1 if used and k in first else 0)
+            if used + cost <= target:
+                if not used:
+                    start = pos
+                used += cost
+                continue
+            if used:
+                emit(start, pos, target)
+                target = new_target()
+            while end - pos > target:
+                emit(pos, pos + target, target)
+                pos += target
+                target = new_target()
+            start, used = pos, end - pos
+    if used:
+        emit(start, int(sent_off[-1]), target)
+    n = len(targets)
+    a = np.stack([np.frombuffer(starts, np.int64), np.frombuffer(ends, np.int64)], axis=1) if n else np.zeros((0, 2))
+    return EpochPlan(
+        a.astype(np.int64),
+        np.zeros((n, 2), np.int64),
+        np.full(n, -1, np.int8),
+        np.frombuffer(targets, np.int32).copy(),
+        max_tokens,
+    )
+
+
+class FullSentencesDataset(NspDataset):
+    """RoBERTa's FULL-SENTENCES input: `<s> sentences </s>`, where the sentences may span several
+    documents and a separator (`</s>`, the [SEP] role) marks each document end inside the example.
+    One segment, token type 0, no sentence-pair label."""
+
+    def __init__(
+        self,
+        corpus: ShardedCorpus,
+        tokenizer_ids: tuple[int, int] | SpecialIds | Tokenizer,
+        max_seq_len: int = 512,
+        *,
+        seed: int,
+        short_seq_prob: float = 0.0,
+    ) -> None:
+        self._doc_starts = _doc_token_starts(corpus)
+        super().__init__(corpus, tokenizer_ids, max_seq_len, seed=seed, short_seq_prob=short_seq_prob, nsp=False)
+
+    def _build(self, epoch: int) -> EpochPlan:
+        return build_full_sentences_plan(
+            self.corpus, max_seq_len=self.max_seq_len, seed=self.seed, epoch=epoch, short_seq_prob=self.short_seq_prob
+        )
+
+    def _separators(self, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Index range into `_doc_starts` of the documents starting strictly inside [start, end)."""
+        lo = np.searchsorted(self._doc_starts, start, side="right")
+        hi = np.searchsorted(self._doc_starts, end, side="left")
+        return lo, np.maximum(hi, lo)
+
+    def example_lengths(self) -> np.ndarray:
+        lo, hi = self._separators(self.plan.a[:, 0], self.plan.a[:, 1])
+        return (self.plan.a[:, 1] - self.plan.a[:, 0] + (hi - lo) + 2).astype(np.int64)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        i = int(i)
+        if not 0 <= i < self._length:
+            raise IndexError(f"example {i} out of range 0..{self._length - 1}")
+        sa, ea = (int(x) for x in self.plan.a[i])
+        lo, hi = self._separators(sa, ea)
+        body = np.insert(self.corpus.token_range(sa, ea).astype(np.int64), self._doc_starts[lo:hi] - sa, self.sep_id)
+        ids = np.empty(len(body) + 2, dtype=np.int64)
+        ids[0], ids[-1] = self.cls_id, self.sep_id
+        ids[1:-1] = body
+        return {"input_ids": ids, "token_type_ids": np.zeros(len(ids), np.int64), "index": i, "epoch": self.epoch}
+
+
+class DocSentencesDataset(NspDataset):
+    """RoBERTa's DOC-SENTENCES input (also BERT's single-segment mode): `<s> sentences </s>` from one
+    document, never crossing a document boundary; a document's last example is often short, which
+    `data.tokens_per_batch` (token-budget batches) compensates by putting more of them in a batch."""
+
+    def __init__(
+        self,
+        corpus: ShardedCorpus,
+        tokenizer_ids: tuple[int, int] | SpecialIds | Tokenizer,
+        max_seq_len: int = 512,
+        *,
+        seed: int,
+        short_seq_prob: float = 0.0,
+    ) -> None:
+        super().__init__(corpus, tokenizer_ids, max_seq_len, seed=seed, short_seq_prob=short_seq_prob, nsp=False)
+
+
+# Every input format by config name (`data.input_format`).
+INPUT_FORMATS = ("segment_pair", "sentence_order", "full_sentences", "doc_sentences", "single")
+
+
+def pretraining_dataset(
+    input_format: str,
+    corpus: ShardedCorpus,
+    tokenizer: Tokenizer | SpecialIds,
+    data: DataConfig,
+    *,
+    seed: int,
+) -> Any:
+    """The dataset of one input format, configured from `data` (max_seq_len, short_seq_prob,
+    nsp_random_prob = the share of negative pairs for NSP and SOP alike, tokens_per_batch).
+
+    With `data.tokens_per_batch` > 0 the result is a `TokenBudgetDataset`: each item is a bin of
+    examples holding at most that many (padded) tokens, and the collator flattens bins.
+    """
+    from bertzoo.data.token_batches import TokenBudgetDataset
+
+    common: dict[str, Any] = {"seed": seed, "short_seq_prob": data.short_seq_prob}
+    if input_format == "segment_pair":
+        ds: Any = NspDataset(
+            corpus, tokenizer, data.max_seq_len, nsp_random_prob=data.nsp_random_prob, nsp=True, **common
+        )
+    elif input_format == "sentence_order":
+        ds = SopDataset(corpus, tokenizer, data.max_seq_len, swap_prob=data.nsp_random_prob, **common)
+    elif input_format == "full_sentences":
+        ds = FullSentencesDataset(corpus, tokenizer, data.max_seq_len, **common)
+    elif input_format in ("doc_sentences", "single"):
+        ds = DocSentencesDataset(corpus, tokenizer, data.max_seq_len, **common)
+    else:
+        raise ConfigError(
+            f"data.input_format={input_format!r} is not an input format; choose one of: {', '.join(INPUT_FORMATS)}"
+        )
+    if data.tokens_per_batch < 0:
+        raise ConfigError(f"data.tokens_per_batch must be >= 0, got {data.tokens_per_batch}")
+    if data.tokens_per_batch:
+        ds = TokenBudgetDataset(ds, data.tokens_per_batch, seed=seed, pad_to_multiple_of=data.pad_to_multiple_of)
+    return ds

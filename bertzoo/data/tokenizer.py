@@ -1,9 +1,17 @@
-"""BERT WordPiece tokenizer: a thin wrapper around the Rust `tokenizers` library.
+"""Subword tokenizers: a thin wrapper around the Rust `tokenizers` library, in three kinds.
 
-The pipeline is exactly BERT's: BertNormalizer (clean text, split CJK characters, optional
-lowercasing / accent stripping), BertPreTokenizer (whitespace and punctuation), WordPiece with
-`##` continuations and [UNK], a [CLS] A [SEP] B [SEP] post-processor and a WordPiece decoder.
-A saved tokenizer directory also loads with `transformers.AutoTokenizer.from_pretrained`.
+* ``wordpiece`` (BERT): BertNormalizer (clean text, split CJK characters, optional lowercasing /
+  accent stripping), BertPreTokenizer (whitespace and punctuation), WordPiece with `##`
+  continuations and [UNK], a [CLS] A [SEP] B [SEP] post-processor and a WordPiece decoder.
+* ``bpe`` (RoBERTa, GPT-2): byte-level BPE: no normalisation, the ByteLevel pre-tokenizer (every
+  byte is a symbol, so nothing is ever unknown), <s> A </s></s> B </s>.
+* ``unigram`` (ALBERT, SentencePiece-style): quote/NFKD/accent/lowercase normalisation, words
+  marked with a leading `▁` (Metaspace), a Unigram language-model vocabulary, [CLS] A [SEP] B [SEP].
+
+Each pipeline is built exactly as Hugging Face's BertTokenizer / RobertaTokenizer / AlbertTokenizer
+builds it, so a saved directory loads with `transformers.AutoTokenizer.from_pretrained` and gives
+the same ids. Special tokens are looked up by *role* (pad, unk, cls, sep, mask): the rest of the
+pipeline (shards, examples, masking, tasks) only sees `SpecialIds` and works with any kind.
 """
 
 from __future__ import annotations
@@ -21,12 +29,38 @@ from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
 from bertzoo.errors import DataError
 
-__all__ = ["SPECIAL_TOKENS", "Encoded", "SpecialIds", "Tokenizer", "train_wordpiece"]
+__all__ = [
+    "BPE_SPECIAL_TOKENS",
+    "KINDS",
+    "SPECIAL_TOKENS",
+    "UNIGRAM_SPECIAL_TOKENS",
+    "Encoded",
+    "SpecialIds",
+    "Tokenizer",
+    "train_bpe",
+    "train_unigram",
+    "train_wordpiece",
+]
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 # Order matters: a trained vocabulary gives these ids 0..4.
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
-_HF_NAMES = {"pad_token": PAD, "unk_token": UNK, "cls_token": CLS, "sep_token": SEP, "mask_token": MASK}
+# RoBERTa's ids: <s> 0, <pad> 1, </s> 2, <unk> 3 (its <mask> is last; a trained vocabulary puts it at 4).
+BPE_SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
+# ALBERT's ids: <pad> 0, <unk> 1, [CLS] 2, [SEP] 3, [MASK] 4.
+UNIGRAM_SPECIAL_TOKENS = ("<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]")
+
+KINDS = ("wordpiece", "bpe", "unigram")
+ROLES = ("pad", "unk", "cls", "sep", "mask")  # the order of SpecialIds
+# role -> token of each kind (what a trained vocabulary holds and what `load` assumes by default)
+DEFAULT_SPECIALS: dict[str, dict[str, str]] = {
+    "wordpiece": {"pad": PAD, "unk": UNK, "cls": CLS, "sep": SEP, "mask": MASK},
+    "bpe": {"pad": "<pad>", "unk": "<unk>", "cls": "<s>", "sep": "</s>", "mask": "<mask>"},
+    "unigram": {"pad": "<pad>", "unk": "<unk>", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"},
+}
+_HF_CLASS = {"wordpiece": "BertTokenizer", "bpe": "RobertaTokenizer", "unigram": "AlbertTokenizer"}
+_MODEL_KIND = {"WordPiece": "wordpiece", "BPE": "bpe", "Unigram": "unigram"}
+METASPACE = "\u2581"  # "▁", SentencePiece's word-start marker
 
 
 class SpecialIds(NamedTuple):
@@ -70,8 +104,65 @@ def _set_post_processor(tk: tokenizers.Tokenizer, special_ids: dict[str, int]) -
     )
 
 
+def _build_bpe_backend(model: models.Model, add_prefix_space: bool) -> tokenizers.Tokenizer:
+    """RobertaTokenizer's pipeline: no normaliser, ByteLevel pre-tokenizer and decoder."""
+    tk = tokenizers.Tokenizer(model)
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
+    tk.decoder = decoders.ByteLevel()
+    tk.add_special_tokens(list(BPE_SPECIAL_TOKENS))
+    return tk
+
+
+def _set_bpe_post_processor(tk: tokenizers.Tokenizer, cls: str, sep: str, add_prefix_space: bool) -> None:
+    # <s> A </s> and <s> A </s></s> B </s>, every type id 0 (RoBERTa has a single segment embedding).
+    tk.post_processor = processors.RobertaProcessing(
+        (sep, tk.token_to_id(sep)), (cls, tk.token_to_id(cls)), trim_offsets=True, add_prefix_space=add_prefix_space
+    )
+
+
+def _unigram_normalizer(lowercase: bool, strip_accents: bool) -> normalizers.Normalizer:
+    """AlbertTokenizer's normalisation (without a SentencePiece precompiled charsmap)."""
+    steps = [normalizers.Replace("``", '"'), normalizers.Replace("''", '"')]
+    if strip_accents:
+        steps += [normalizers.NFKD(), normalizers.StripAccents()]
+    if lowercase:
+        steps.append(normalizers.Lowercase())
+    return normalizers.Sequence(steps)
+
+
+def _build_unigram_backend(model: models.Model, lowercase: bool, strip_accents: bool) -> tokenizers.Tokenizer:
+    """AlbertTokenizer's pipeline: words split on whitespace and marked with a leading `▁`."""
+    tk = tokenizers.Tokenizer(model)
+    tk.normalizer = _unigram_normalizer(lowercase, strip_accents)
+    tk.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="always")]
+    )
+    tk.decoder = decoders.Metaspace(replacement=METASPACE, prepend_scheme="always")
+    return tk
+
+
+def _set_pair_template(tk: tokenizers.Tokenizer, cls: str, sep: str) -> None:
+    tk.post_processor = processors.TemplateProcessing(
+        single=f"{cls}:0 $A:0 {sep}:0",
+        pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
+        special_tokens=[(cls, tk.token_to_id(cls)), (sep, tk.token_to_id(sep))],
+    )
+
+
+def _token_name(value: object) -> str | None:
+    """A special token as tokenizer_config.json writes it: a string, or an AddedToken dict."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) and value else None
+
+
 class Tokenizer:
-    """A BERT WordPiece tokenizer. Build one with `train_wordpiece`, `from_vocab` or `load`."""
+    """A subword tokenizer (WordPiece, byte-level BPE or Unigram). Build one with `train_wordpiece`,
+    `train_bpe`, `train_unigram`, `from_vocab` or `load`.
+
+    `special_tokens` maps roles (pad, unk, cls, sep, mask) to tokens; by default the tokens of the
+    kind (`DEFAULT_SPECIALS`). `special` holds their ids in role order, whatever the tokens are.
+    """
 
     def __init__(
         self,
@@ -80,23 +171,43 @@ class Tokenizer:
         lowercase: bool = True,
         strip_accents: bool | None = None,
         model_max_length: int = 512,
+        kind: str | None = None,
+        special_tokens: dict[str, str] | None = None,
+        add_prefix_space: bool = True,
     ) -> None:
-        vocab = backend.get_vocab(with_added_tokens=True)
-        missing = [t for t in SPECIAL_TOKENS if t not in vocab]
-        if missing:
+        if kind is None:
+            kind = _MODEL_KIND.get(type(backend.model).__name__)
+        if kind not in KINDS:
             raise DataError(
-                f"the tokenizer vocabulary lacks {', '.join(missing)}; use a BERT vocabulary with "
-                f"{' '.join(SPECIAL_TOKENS)} (or train one with bertzoo)"
+                f"a {type(backend.model).__name__} tokenizer model is not supported; "
+                "bertzoo needs a WordPiece, BPE or Unigram tokenizer"
+            )
+        roles = {**DEFAULT_SPECIALS[kind], **(special_tokens or {})}
+        vocab = backend.get_vocab(with_added_tokens=True)
+        missing = list(dict.fromkeys(roles[r] for r in ROLES if roles[r] not in vocab))
+        if missing:
+            if kind == "wordpiece":
+                raise DataError(
+                    f"the tokenizer vocabulary lacks {', '.join(missing)}; use a BERT vocabulary with "
+                    f"{' '.join(SPECIAL_TOKENS)} (or train one with bertzoo)"
+                )
+            raise DataError(
+                f"the {kind} tokenizer vocabulary lacks the special token(s) {', '.join(missing)}; "
+                "name its special tokens in tokenizer_config.json (pad_token, unk_token, cls_token, sep_token, "
+                "mask_token) or train one with bertzoo"
             )
         # Pure encoding: truncation or padding configured in a loaded tokenizer.json would silently
         # change shard contents.
         backend.no_truncation()
         backend.no_padding()
         self._tk = backend
+        self.kind = kind
+        self.special_tokens = {r: roles[r] for r in ROLES}
         self.lowercase = lowercase
         self.strip_accents = strip_accents
+        self.add_prefix_space = add_prefix_space  # bpe only: a space before the first word, like any other
         self.model_max_length = model_max_length
-        self._special = SpecialIds(*(vocab[t] for t in SPECIAL_TOKENS))
+        self._special = SpecialIds(*(vocab[roles[r]] for r in ROLES))
         self._vocab_list: list[str] | None = None
 
     # -- construction ---------------------------------------------------------------------------
@@ -126,10 +237,13 @@ class Tokenizer:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Tokenizer:
-        """Load a directory written by `save` (or a Hugging Face BERT tokenizer directory).
+        """Load a directory written by `save` (or a Hugging Face BERT / RoBERTa / ALBERT tokenizer
+        directory with a tokenizer.json).
 
-        Uses tokenizer.json when present, else vocab.txt; lowercasing and accent stripping come
-        from tokenizer_config.json when present. `path` may also name a vocab.txt or tokenizer.json.
+        Uses tokenizer.json when present, else vocab.txt (WordPiece only); the kind follows the
+        tokenizer.json model (WordPiece, BPE, Unigram); lowercasing, accent stripping and the special
+        tokens come from tokenizer_config.json when present. `path` may also name a vocab.txt or
+        tokenizer.json.
         """
         path = Path(path)
         if path.is_file():
@@ -154,14 +268,38 @@ class Tokenizer:
                 backend = tokenizers.Tokenizer.from_file(str(tok_json))
             except Exception as exc:  # the Rust side raises a bare Exception for malformed files
                 raise DataError(f"cannot read {tok_json} ({exc}); regenerate the tokenizer") from None
-            if not isinstance(backend.model, models.WordPiece):
+            kind = _MODEL_KIND.get(type(backend.model).__name__)
+            if kind is None:
                 raise DataError(
-                    f"{tok_json} holds a {type(backend.model).__name__} model; bertzoo needs a WordPiece tokenizer"
+                    f"{tok_json} holds a {type(backend.model).__name__} model; bertzoo needs a WordPiece, BPE or "
+                    "Unigram tokenizer"
                 )
-            norm = backend.normalizer
-            lowercase = bool(config.get("do_lower_case", getattr(norm, "lowercase", True)))
-            strip_accents = config.get("strip_accents", getattr(norm, "strip_accents", None))
-            tok = cls(backend, lowercase=lowercase, strip_accents=strip_accents)
+            names = {r: _token_name(config.get(f"{r}_token")) for r in ROLES}
+            special_tokens = {r: t for r, t in names.items() if t is not None}
+            if kind == "wordpiece":
+                norm = backend.normalizer
+                lowercase = bool(config.get("do_lower_case", getattr(norm, "lowercase", True)))
+                strip_accents = config.get("strip_accents", getattr(norm, "strip_accents", None))
+                tok = cls(backend, lowercase=lowercase, strip_accents=strip_accents, special_tokens=special_tokens)
+            elif kind == "bpe":
+                apx = config.get("add_prefix_space", getattr(backend.pre_tokenizer, "add_prefix_space", False))
+                tok = cls(
+                    backend,
+                    lowercase=False,
+                    strip_accents=False,
+                    kind=kind,
+                    special_tokens=special_tokens,
+                    add_prefix_space=bool(apx),
+                )
+            else:
+                lowercase = bool(config.get("do_lower_case", True))
+                tok = cls(
+                    backend,
+                    lowercase=lowercase,
+                    strip_accents=not bool(config.get("keep_accents", False)),
+                    kind=kind,
+                    special_tokens=special_tokens,
+                )
         elif vocab_txt.is_file():
             tok = cls.from_vocab(
                 vocab_txt,
@@ -179,22 +317,36 @@ class Tokenizer:
         return tok
 
     def save(self, directory: str | os.PathLike) -> Path:
-        """Write vocab.txt, tokenizer.json, tokenizer_config.json and special_tokens_map.json."""
+        """Write tokenizer.json, tokenizer_config.json and special_tokens_map.json, plus vocab.txt
+        (WordPiece) or vocab.json + merges.txt (BPE). `tokenizer_config.json` names the Hugging Face
+        class (BertTokenizer, RobertaTokenizer, AlbertTokenizer) so `AutoTokenizer` loads the directory."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        (directory / "vocab.txt").write_text("".join(t + "\n" for t in self.vocab_list()), encoding="utf-8")
+        names = {f"{r}_token": t for r, t in self.special_tokens.items()}
+        if self.kind == "wordpiece":
+            (directory / "vocab.txt").write_text("".join(t + "\n" for t in self.vocab_list()), encoding="utf-8")
+            config = {
+                "tokenizer_class": _HF_CLASS[self.kind],
+                "do_lower_case": self.lowercase,
+                "strip_accents": self.strip_accents,
+                "tokenize_chinese_chars": True,
+                "model_max_length": self.model_max_length,
+                "clean_up_tokenization_spaces": False,
+                **names,
+            }
+        else:
+            # RoBERTa and ALBERT name their first/last tokens also as bos/eos.
+            names.update(bos_token=self.special_tokens["cls"], eos_token=self.special_tokens["sep"])
+            config = {"tokenizer_class": _HF_CLASS[self.kind], "model_max_length": self.model_max_length}
+            if self.kind == "bpe":
+                self._tk.model.save(str(directory))  # vocab.json + merges.txt, for tools that want them
+                config.update(add_prefix_space=self.add_prefix_space, trim_offsets=True, errors="replace")
+            else:
+                config.update(do_lower_case=self.lowercase, keep_accents=not self.strip_accents)
+            config.update(clean_up_tokenization_spaces=False, **names)
         self._tk.save(str(directory / "tokenizer.json"))
-        config = {
-            "tokenizer_class": "BertTokenizer",
-            "do_lower_case": self.lowercase,
-            "strip_accents": self.strip_accents,
-            "tokenize_chinese_chars": True,
-            "model_max_length": self.model_max_length,
-            "clean_up_tokenization_spaces": False,
-            **_HF_NAMES,
-        }
         (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-        (directory / "special_tokens_map.json").write_text(json.dumps(_HF_NAMES, indent=2) + "\n", encoding="utf-8")
+        (directory / "special_tokens_map.json").write_text(json.dumps(names, indent=2) + "\n", encoding="utf-8")
         return directory
 
     # -- vocabulary -----------------------------------------------------------------------------
@@ -288,8 +440,10 @@ class Tokenizer:
         return self.vocab_size
 
     def __repr__(self) -> str:
+        kind = "" if self.kind == "wordpiece" else f"kind={self.kind!r}, "
         return (
-            f"Tokenizer(vocab_size={self.vocab_size}, lowercase={self.lowercase}, strip_accents={self.strip_accents})"
+            f"Tokenizer({kind}vocab_size={self.vocab_size}, lowercase={self.lowercase}, "
+            f"strip_accents={self.strip_accents})"
         )
 
 
@@ -346,3 +500,90 @@ def train_wordpiece(
     if [vocab.get(t) for t in SPECIAL_TOKENS] != list(range(len(SPECIAL_TOKENS))):
         raise DataError("tokenizer training did not give the special tokens ids 0..4; report this as a bug")
     return Tokenizer(backend, lowercase=lowercase, strip_accents=strip_accents)
+
+
+def _train(backend: tokenizers.Tokenizer, trainer: trainers.Trainer, documents: Iterable[str], order: tuple) -> None:
+    """Train `backend` in place on a document stream; the specials must come out as ids 0..4 in `order`."""
+    count = 0
+
+    def counted(docs: Iterable[str]) -> Iterator[list[str]]:
+        nonlocal count
+        for batch in _batched(docs, 1000):
+            count += len(batch)
+            yield batch
+
+    backend.train_from_iterator(counted(documents), trainer=trainer)
+    if count == 0:
+        raise DataError("cannot train a tokenizer on an empty corpus; check the input paths")
+    vocab = backend.get_vocab(with_added_tokens=True)
+    if [vocab.get(t) for t in order] != list(range(len(order))):
+        raise DataError(f"tokenizer training did not give {' '.join(order)} the ids 0..4; report this as a bug")
+
+
+def train_bpe(
+    documents: Iterable[str],
+    vocab_size: int = 50000,
+    *,
+    min_frequency: int = 2,
+    add_prefix_space: bool = True,
+    show_progress: bool = False,
+) -> Tokenizer:
+    """Train a byte-level BPE vocabulary (RoBERTa / GPT-2 style) on a stream of documents.
+
+    Ids 0..4 are <s> <pad> </s> <unk> <mask> (RoBERTa's first four ids; <mask> follows them). The
+    256 byte symbols are always in the vocabulary, so no input is ever unknown and decoding gives
+    the text back. `add_prefix_space=True` treats the first word of a text like every other word
+    (with its leading space, `Ġ`): shards encode sentence by sentence, and without it the first word
+    of each sentence would get different tokens from the same word inside a sentence.
+    """
+    if vocab_size <= len(BPE_SPECIAL_TOKENS) + 256:
+        raise DataError(f"a byte-level BPE vocab_size must exceed 261 (5 specials + 256 bytes), got {vocab_size}")
+    model = models.BPE(unk_token=None, continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False)
+    backend = _build_bpe_backend(model, add_prefix_space)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=list(BPE_SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=show_progress,
+    )
+    _train(backend, trainer, documents, BPE_SPECIAL_TOKENS)
+    names = DEFAULT_SPECIALS["bpe"]
+    _set_bpe_post_processor(backend, names["cls"], names["sep"], add_prefix_space)
+    return Tokenizer(backend, lowercase=False, strip_accents=False, kind="bpe", add_prefix_space=add_prefix_space)
+
+
+def train_unigram(
+    documents: Iterable[str],
+    vocab_size: int = 30000,
+    *,
+    lowercase: bool = True,
+    strip_accents: bool | None = None,
+    max_piece_length: int = 16,
+    show_progress: bool = False,
+) -> Tokenizer:
+    """Train a SentencePiece-style Unigram vocabulary (ALBERT's tokenizer) on a stream of documents.
+
+    Ids 0..4 are <pad> <unk> [CLS] [SEP] [MASK], as in ALBERT's vocabulary. Text is normalised like
+    AlbertTokenizer does (`` and '' to ", NFKD + accent stripping, lowercasing) and every word starts
+    with `▁`. `strip_accents=None` strips accents exactly when lowercasing (ALBERT: do_lower_case
+    and not keep_accents). The trainer may return fewer pieces than `vocab_size` on a small corpus.
+    """
+    if vocab_size <= len(UNIGRAM_SPECIAL_TOKENS):
+        raise DataError(f"vocab_size must exceed the {len(UNIGRAM_SPECIAL_TOKENS)} special tokens, got {vocab_size}")
+    strip = lowercase if strip_accents is None else bool(strip_accents)
+    backend = _build_unigram_backend(models.Unigram(), lowercase, strip)
+    trainer = trainers.UnigramTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(UNIGRAM_SPECIAL_TOKENS),
+        unk_token="<unk>",
+        max_piece_length=max_piece_length,
+        show_progress=show_progress,
+    )
+    # The specials become added tokens only after training: registered before, they would be
+    # appended after the empty model's own <unk> (id 0) instead of taking ids 0..4 in order.
+    _train(backend, trainer, documents, UNIGRAM_SPECIAL_TOKENS)
+    backend.add_special_tokens(list(UNIGRAM_SPECIAL_TOKENS))
+    names = DEFAULT_SPECIALS["unigram"]
+    _set_pair_template(backend, names["cls"], names["sep"])
+    return Tokenizer(backend, lowercase=lowercase, strip_accents=strip, kind="unigram")

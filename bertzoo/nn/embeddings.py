@@ -1,4 +1,4 @@
-"""Input embeddings: token + segment + absolute position, then LayerNorm and dropout."""
+"""Input embeddings: token + segment + absolute position (+ task), then LayerNorm and dropout."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ class Embeddings(nn.Module):
     """BERT's input representation, with an optional projection for factorized embeddings (ALBERT).
 
     `embedding_size` may be smaller than `hidden_size`; a linear map then lifts the embeddings to
-    the hidden width, which is what makes ALBERT's vocabulary table cheap.
+    the hidden width, which is what makes ALBERT's vocabulary table cheap. `task_type_vocab_size` > 0
+    adds ERNIE 2.0's task embedding (one row per pretraining task), summed like the segment one.
     """
 
     def __init__(
@@ -23,6 +24,7 @@ class Embeddings(nn.Module):
         embedding_size: int | None = None,
         max_position: int = 512,
         type_vocab_size: int = 2,
+        task_type_vocab_size: int = 0,
         position: str = "learned",
         position_offset: int = 0,
         pad_token_id: int = 0,
@@ -35,6 +37,7 @@ class Embeddings(nn.Module):
         self.position = build_positions(position, max_position + position_offset, width)
         self.position_offset = position_offset
         self.token_type = nn.Embedding(type_vocab_size, width) if type_vocab_size > 0 else None
+        self.task_type = nn.Embedding(task_type_vocab_size, width) if task_type_vocab_size > 0 else None
         self.norm = nn.LayerNorm(width, eps=layer_norm_eps)
         self.dropout = nn.Dropout(dropout)
         self.project = nn.Linear(width, hidden_size) if width != hidden_size else None
@@ -51,8 +54,9 @@ class Embeddings(nn.Module):
         input_ids: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
+        task_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """input_ids: (batch, seq) -> (batch, seq, hidden)."""
+        """input_ids: (batch, seq) -> (batch, seq, hidden). `task_type_ids` (batch, seq) default to task 0."""
         x = self.word(input_ids)  # (batch, seq, width)
         if self.position is not None:
             if position_ids is None:
@@ -70,6 +74,8 @@ class Embeddings(nn.Module):
                 x = x + self.token_type.weight[0]
             else:
                 x = x + self.token_type(token_type_ids)
+        if self.task_type is not None:
+            x = x + (self.task_type.weight[0] if task_type_ids is None else self.task_type(task_type_ids))
         x = self.dropout(self.norm(x))
         if self.project is not None:
             x = self.project(x)

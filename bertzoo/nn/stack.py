@@ -47,13 +47,23 @@ class TransformerStack(nn.Module):
         *,
         output_hidden_states: bool = False,
         output_attentions: bool = False,
+        top_queries: int | None = None,
         **layer_kwargs,
     ) -> tuple[torch.Tensor, list[torch.Tensor] | None, list[torch.Tensor] | None]:
-        """Returns (last hidden, hidden states of every depth incl. the input, attentions)."""
+        """Returns (last hidden, hidden states of every depth incl. the input, attentions).
+
+        `top_queries=n` computes the last layer for the first n positions only (their attention still
+        reads every position), so the result has n positions: a classifier that reads [CLS] alone
+        skips the rest of the top layer's work. Exact for post-norm self-attention layers; other
+        layers (and requests for hidden states or attentions) compute everything and slice.
+        """
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
         for i in range(self.num_layers):
             layer = self.layer(i)
+            if top_queries is not None and i == self.num_layers - 1:
+                if self._can_skip_queries(layer, layer_kwargs, output_hidden_states or output_attentions):
+                    return self._top_prefix(layer, x, mask, top_queries), hidden_states, attentions
             if self.gradient_checkpointing and self.training and not output_attentions:
                 out: LayerOutput = checkpoint(layer, x, mask, use_reentrant=False, **layer_kwargs)
             else:
@@ -63,4 +73,27 @@ class TransformerStack(nn.Module):
                 hidden_states.append(x)
             if attentions is not None:
                 attentions.append(out.attention)
+        if top_queries is not None:
+            x = x[:, :top_queries]
         return x, hidden_states, attentions
+
+    @staticmethod
+    def _can_skip_queries(layer: TransformerLayer, layer_kwargs: dict, want_all: bool) -> bool:
+        # Pre-norm layers normalise their keys' input inside the layer, which the memory path below
+        # does not do; cross-attention and relative-position biases depend on the query layout.
+        return not want_all and not layer_kwargs and layer.cross is None and not layer.attention_residual.pre
+
+    def _top_prefix(self, layer: TransformerLayer, x: torch.Tensor, mask: torch.Tensor | None, n: int) -> torch.Tensor:
+        """The last layer for queries x[:, :n]: the other positions enter as attention `memory`, which
+        SelfAttention puts before the queries, so keys run [n, ..., S-1, 0, ..., n-1]. Attention is
+        order-free over keys (positions live in the embeddings), so reordering the mask to match
+        gives exactly the full layer's outputs at those positions."""
+        if mask is not None:
+            if mask.size(-2) > 1:  # a per-query mask: keep the queries' rows
+                mask = mask[..., :n, :]
+            mask = torch.cat([mask[..., n:], mask[..., :n]], dim=-1)
+        if self.gradient_checkpointing and self.training:
+            out = checkpoint(layer, x[:, :n], mask, use_reentrant=False, memory=x[:, n:])
+        else:
+            out = layer(x[:, :n], mask, memory=x[:, n:])
+        return out.hidden

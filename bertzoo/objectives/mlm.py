@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from bertzoo.batch import IGNORE_INDEX, Batch
 from bertzoo.heads import MaskedLMHead, SentencePairHead
-from bertzoo.model import Encoder, init_weights
+from bertzoo.model import Encoder, EncoderOutput, init_weights
 from bertzoo.objectives.base import ObjectiveOutput
 
 
@@ -49,22 +51,40 @@ class MaskedLM(nn.Module):
     def config(self):
         return self.encoder.config
 
-    def forward(self, batch: Batch) -> ObjectiveOutput:
-        out = self.encoder(batch.input_ids, batch.attention_mask, batch.token_type_ids)
-        hidden = out.last_hidden_state  # (batch, seq, hidden)
-        labels = batch.labels
+    def encode(self, batch: Batch) -> EncoderOutput:
+        """The encoder pass (ERNIE 2.0's task ids ride in `batch.extra["task_type_ids"]`)."""
+        task = batch.extra.get("task_type_ids") if self.encoder.embeddings.task_type is not None else None
+        return self.encoder(batch.input_ids, batch.attention_mask, batch.token_type_ids, task_type_ids=task)
+
+    def mlm_loss(
+        self,
+        hidden: torch.Tensor,
+        labels: torch.Tensor,
+        head: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+        name: str = "mlm",
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """Mean cross-entropy of `head(hidden, selected)` (default: the MLM head) over the labelled
+        positions, with `{name}_loss` / `{name}_acc` metrics and their counts (SpanBERT's boundary
+        objective reuses it with its own head)."""
+        head = self.mlm_head if head is None else head
         selected = labels != IGNORE_INDEX  # (batch, seq) bool
         targets = labels[selected]  # (num_masked,)
-        logits = self.mlm_head(hidden, selected).float()  # (num_masked, vocab)
+        logits = head(hidden, selected).float()  # (num_masked, vocab)
         if targets.numel() > 0:
-            mlm_loss = F.cross_entropy(logits, targets)
+            loss = F.cross_entropy(logits, targets)
         else:  # a batch with nothing masked still has a graph, so backward() works everywhere
-            mlm_loss = hidden.sum() * 0.0
+            loss = hidden.sum() * 0.0
         n_masked = torch.tensor(targets.numel(), device=hidden.device)
         with torch.no_grad():
-            mlm_acc = (logits.argmax(-1) == targets).float().mean() if targets.numel() else mlm_loss.detach() * 0
-        metrics = {"mlm_loss": mlm_loss.detach(), "mlm_acc": mlm_acc}
-        counts = {"mlm_loss": n_masked, "mlm_acc": n_masked}
+            acc = (logits.argmax(-1) == targets).float().mean() if targets.numel() else loss.detach() * 0
+        metrics = {f"{name}_loss": loss.detach(), f"{name}_acc": acc}
+        counts = {f"{name}_loss": n_masked, f"{name}_acc": n_masked}
+        return loss, metrics, counts
+
+    def forward(self, batch: Batch) -> ObjectiveOutput:
+        out = self.encode(batch)
+        hidden = out.last_hidden_state  # (batch, seq, hidden)
+        mlm_loss, metrics, counts = self.mlm_loss(hidden, batch.labels)
         loss = mlm_loss
         if self.nsp_head is not None and batch.next_sentence_label is not None:
             name = self.sentence_task

@@ -71,7 +71,13 @@ class TaskModel(nn.Module):
     `encode()` gives the representation the head reads: the last hidden state by default, or (the
     feature-based approach of the BERT paper) a weighted or concatenated mix of the top
     `feature_layers` layers. `feature_dim` is that representation's width, for sizing heads.
+
+    `reads_sequence = False` declares that forward uses only the sentence vector (`encode()[1]`);
+    the top layer then runs for [CLS] alone (`Encoder(top_queries=1)`) and the sequence features
+    `encode()` returns hold that one position.
     """
+
+    reads_sequence: bool = True
 
     def __init__(self, encoder: nn.Module, feature_layers: int = 0, feature_mix: str = "weighted") -> None:
         super().__init__()
@@ -92,7 +98,10 @@ class TaskModel(nn.Module):
         ids = batch.input_ids.reshape(-1, batch.input_ids.size(-1))
         mask = batch.attention_mask.reshape(ids.shape) if batch.attention_mask is not None else None
         types = batch.token_type_ids.reshape(ids.shape) if batch.token_type_ids is not None else None
-        out = self.encoder(ids, mask, types, output_hidden_states=bool(self.feature_layers))
+        cls_only = not self.reads_sequence and not self.feature_layers
+        out = self.encoder(
+            ids, mask, types, output_hidden_states=bool(self.feature_layers), top_queries=1 if cls_only else None
+        )
         if not self.feature_layers:
             seq = out.last_hidden_state
         else:
@@ -107,6 +116,14 @@ class TaskModel(nn.Module):
         from bertzoo.hub import save_module
 
         save_module(self, self.encoder.config, directory, extra={"task": self.head_config})
+
+    @classmethod
+    def from_pretrained(cls, path: str) -> TaskModel:
+        """The fine-tuned model in `path` (written by `save_pretrained` with the tokenizer and
+        finetune_config.json next to it, as `bertzoo finetune` does), in eval mode."""
+        from bertzoo.train.finetune import load_finetuned
+
+        return load_finetuned(path)[1]
 
 
 class Task(ABC):

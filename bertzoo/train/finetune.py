@@ -41,8 +41,9 @@ BEST_DIR = "best"
 REPORT = "report.json"
 FINETUNE_CONFIG = "finetune_config.json"
 SPLITS = ("train", "dev", "test")
-# Tasks whose head reads the pooled [CLS] vector (BERT's classifiers); an encoder saved without a
-# pooler gets a fresh one, as transformers' AutoModelForSequenceClassification does.
+# Tasks whose head reads the pooled [CLS] vector alone (BERT's classifiers): an encoder saved without
+# a pooler gets a fresh one, as transformers' AutoModelForSequenceClassification does, and the top
+# layer runs for [CLS] only (TaskModel.reads_sequence).
 POOLED_TASKS = ("classification", "multiple_choice")
 
 
@@ -160,11 +161,19 @@ def build_model(task, encoder: nn.Module, cfg: FinetuneConfig) -> nn.Module:
     if cfg.task in POOLED_TASKS and not cfg.technique.feature_layers:
         _seeded(cfg.train.seed + 1, lambda: add_pooler(encoder))
     model = _seeded(cfg.train.seed, lambda: task.build(encoder))
+    _mark_sentence_only(model, cfg.task)
     head = {**task.head_config(), **(getattr(model, "head_config", None) or {})}
     if cfg.task == "classification":
         head.setdefault("problem", cfg.problem)
     model.head_config = head
     return model
+
+
+def _mark_sentence_only(model: nn.Module, task: str) -> None:
+    """Pooled-vector tasks skip the top layer's work on tokens other than [CLS], unless the model
+    class states otherwise."""
+    if task in POOLED_TASKS and "reads_sequence" not in type(model).__dict__:
+        model.reads_sequence = False
 
 
 def _save_extra(tokenizer, cfg: FinetuneConfig):
@@ -364,6 +373,7 @@ def load_finetuned(path: str | Path, overrides: dict[str, Any] | None = None):
     if hasattr(task, "apply_head_config"):
         task.apply_head_config(head)  # task state the head depends on (e.g. SQuAD 2.0 mode, thresholds)
     model = task.build(encoder)
+    _mark_sentence_only(model, cfg.task)
     model.head_config = head
     load_into(model, state, source=str(directory))
     model.eval()

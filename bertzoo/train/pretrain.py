@@ -59,6 +59,17 @@ def build_pretraining(cfg: PretrainConfig):
     dataset = make_examples(cfg, corpus, tokenizer)
     if hasattr(variant, "collator"):
         collator = variant.collator(cfg, tokenizer)
+    elif cfg.data.masking.strategy != "token":
+        # Whole-word, span, phrase or entity masking needs unit boundaries (WordPiece `##` at least).
+        from bertzoo.data.unit_collate import UnitMaskingCollator
+
+        collator = UnitMaskingCollator(
+            tokenizer,
+            cfg.data.masking,
+            seed=cfg.train.seed,
+            pad_to_multiple_of=cfg.data.pad_to_multiple_of,
+            strategy=cfg.data.masking.strategy,
+        )
     else:
         collator = PretrainingCollator(
             tokenizer,
@@ -107,10 +118,12 @@ def unigram_counts(corpus, vocab_size: int, special_ids: np.ndarray) -> np.ndarr
 def fixed_eval_batches(cfg: PretrainConfig, tokenizer, collator) -> list[Batch]:
     """A fixed held-out set: epoch-0 examples of the eval shards, masked once (same every time)."""
     from bertzoo.data.shards import ShardedCorpus
+    from bertzoo.variants import get_variant
 
     corpus = ShardedCorpus(cfg.data.eval_shards)
     corpus.check_tokenizer(tokenizer)
-    dataset = _examples(cfg, corpus, tokenizer)
+    # Held-out examples follow the variant's own recipe (RoBERTa: one segment; ALBERT: SOP pairs).
+    dataset = getattr(get_variant(cfg.variant), "examples", _examples)(cfg, corpus, tokenizer)
     dataset.set_epoch(0)
     bs = cfg.train.batch_size
     n = min(len(dataset), cfg.data.eval_batches * bs)

@@ -5,10 +5,15 @@ from __future__ import annotations
 from types import ModuleType
 
 from bertzoo.errors import ConfigError
-from bertzoo.variants import bert
+from bertzoo.variants import albert, bert, electra, ernie, roberta, spanbert
 
 VARIANTS: dict[str, ModuleType] = {
     "bert": bert,
+    "electra": electra,
+    "roberta": roberta,
+    "albert": albert,
+    "spanbert": spanbert,
+    "ernie": ernie,
 }
 
 

@@ -1,0 +1,324 @@
+"""ELECTRA pretraining (Clark et al. 2020): replaced-token detection.
+
+A small masked-LM *generator* predicts the masked tokens; its samples (softmax, temperature 1) replace
+them, and the *discriminator* labels every real token as original (0) or replaced (1). A sample that
+happens to equal the original token counts as original. Sampling is discrete, so no gradient flows
+from the discriminator into the generator; the generator trains on its MLM loss alone and
+
+    loss = mlm_loss + rtd_weight * rtd_loss        (rtd_weight = 50, the paper's lambda)
+
+with rtd_loss the binary cross-entropy averaged over every real (non-padding) token.
+
+The two models share the embedding block (word, position and token-type tables and the embedding
+LayerNorm), as Google's implementation does by building both under one `electra/embeddings` scope;
+each model keeps its own projection from the embedding width E to its hidden size. The generator's
+MLM head projects back to E and its decoder is the shared word table.
+
+Stages (`stage`): "joint" (the paper's default) trains both; "generator" trains the generator alone
+(MLM, the discriminator is not run); "discriminator" freezes the generator, gives the discriminator
+its own copy of the embeddings and trains RTD only: the paper's two-stage procedure, whose
+initialisation from the trained generator is `init_discriminator_from_generator`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertzoo.batch import IGNORE_INDEX, Batch
+from bertzoo.config import ModelConfig
+from bertzoo.errors import ConfigError
+from bertzoo.heads import ReplacedTokenDetectionHead
+from bertzoo.model import Encoder, init_weights
+from bertzoo.nn import activation
+from bertzoo.objectives.base import ObjectiveOutput
+from bertzoo.objectives.mlm import MaskedLM
+
+STAGES = ("joint", "generator", "discriminator")
+# Batch.extra key: one uniform in [0, 1) per position, keyed by (seed, epoch, example, position) in the
+# collator, so the generator's samples do not depend on batch composition and repeat exactly on resume.
+SAMPLE_UNIFORM = "sample_uniform"
+# The parts of the embedding block the two models share (attribute names of bertzoo.nn.Embeddings).
+SHARED_EMBEDDINGS = ("word", "position", "token_type", "norm")
+
+
+def make_generator(encoder: Encoder) -> MaskedLM:
+    """A masked LM in ELECTRA's layout: head = dense(hidden -> E) -> GELU -> LayerNorm -> tied decoder.
+
+    Hugging Face's ElectraGeneratorPredictions always uses GELU, whatever `hidden_act` says.
+    """
+    generator = MaskedLM(encoder, sentence_task=None)
+    generator.mlm_head.act = activation("gelu")
+    return generator
+
+
+@torch.no_grad()
+def sample_from_logits(logits: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """One token per row of `logits` (n, vocab) drawn from softmax(logits), by inverting the CDF at
+    `uniform` (n,) in [0, 1): token k is drawn when cdf[k-1] <= u < cdf[k], i.e. with probability p_k.
+
+    One keyed uniform per position (instead of the vocab-wide noise of Gumbel-max) is what lets the
+    collator precompute the randomness cheaply. Never differentiable: ELECTRA's samples stop gradients.
+    """
+    cdf = torch.softmax(logits.detach().float(), dim=-1).cumsum(-1)  # (n, vocab)
+    u = uniform.to(cdf.dtype).reshape(-1, 1) * cdf[:, -1:]  # scale by the total: rounding leaves it ~1
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=logits.size(-1) - 1)
+
+
+@dataclass
+class Replacement:
+    """The discriminator's input built from a masked batch and the generator's samples."""
+
+    input_ids: torch.Tensor  # (batch, seq): the original tokens, masked positions replaced by samples
+    labels: torch.Tensor  # (batch, seq) bool: True exactly where input_ids differs from the original
+    original: torch.Tensor  # (batch, seq): the uncorrupted tokens
+
+
+def replace_tokens(batch: Batch, sampled: torch.Tensor) -> Replacement:
+    """Put `sampled` (num_masked,), in row-major order of the masked positions, into the original
+    sequence. Positions the collator kept unchanged or randomised are restored from `labels` first."""
+    selected = batch.labels != IGNORE_INDEX
+    original = torch.where(selected, batch.labels, batch.input_ids)
+    fake = original.clone()
+    fake[selected] = sampled.to(fake.dtype)
+    return Replacement(input_ids=fake, labels=fake != original, original=original)
+
+
+def rtd_loss_and_metrics(
+    logits: torch.Tensor, labels: torch.Tensor, real: torch.Tensor
+) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """Mean BCE over the `real` positions plus accuracy, precision and recall of the replaced class
+    and the replaced share (the positive-class prior an RTD accuracy should be read against)."""
+    z = logits[real].float()
+    y = labels[real].float()
+    loss = F.binary_cross_entropy_with_logits(z, y) if y.numel() else logits.sum() * 0.0
+    with torch.no_grad():
+        pred = z > 0
+        pos = y.bool()
+        tp = (pred & pos).sum()
+        n_real, n_pred, n_pos = (torch.as_tensor(v, device=logits.device) for v in (y.numel(), pred.sum(), pos.sum()))
+        metrics = {
+            "rtd_loss": loss.detach(),
+            "rtd_acc": (pred == pos).float().sum() / n_real.clamp(min=1),
+            "rtd_precision": tp / n_pred.clamp(min=1),
+            "rtd_recall": tp / n_pos.clamp(min=1),
+            "replaced_share": n_pos / n_real.clamp(min=1),
+        }
+    counts = {"rtd_loss": n_real, "rtd_acc": n_real, "rtd_precision": n_pred, "rtd_recall": n_pos}
+    counts["replaced_share"] = n_real
+    return loss, metrics, counts
+
+
+class Discriminator(nn.Module):
+    """Encoder + replaced-token-detection head (Hugging Face's ElectraForPreTraining)."""
+
+    def __init__(self, encoder: Encoder) -> None:
+        super().__init__()
+        c = encoder.config
+        self.encoder = encoder
+        self.rtd_head = ReplacedTokenDetectionHead(c.hidden_size, act=c.hidden_act)
+        self.rtd_head.apply(lambda m: init_weights(m, c.initializer_range))
+
+    @property
+    def config(self) -> ModelConfig:
+        return self.encoder.config
+
+    def logits(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """(batch, seq) replaced-token logits; > 0 means "replaced"."""
+        return self.rtd_head(self.encoder(input_ids, attention_mask, token_type_ids).last_hidden_state)
+
+    def forward(self, batch: Batch) -> ObjectiveOutput:
+        """RTD on a batch whose `labels` are 0/1 replaced-token labels (IGNORE_INDEX skips a position)."""
+        logits = self.logits(batch.input_ids, batch.attention_mask, batch.token_type_ids)
+        if batch.labels is None:
+            return ObjectiveOutput(loss=None, logits=logits)
+        real = batch.labels != IGNORE_INDEX
+        if batch.attention_mask is not None:
+            real &= batch.attention_mask.bool()
+        loss, metrics, counts = rtd_loss_and_metrics(logits, batch.labels == 1, real)
+        return ObjectiveOutput(loss=loss, metrics=metrics, counts=counts, logits=logits)
+
+    def export_hf(self, directory: str) -> str:
+        """Write a Hugging Face ElectraForPreTraining directory."""
+        from bertzoo.variants.electra import write_hf
+
+        return write_hf(self, directory)
+
+
+def share_embeddings(generator: Encoder, discriminator: Encoder) -> None:
+    """Make `generator` use the discriminator's embedding tables and LayerNorm (same objects)."""
+    for name in SHARED_EMBEDDINGS:
+        mine, theirs = getattr(generator.embeddings, name), getattr(discriminator.embeddings, name)
+        if (mine is None) != (theirs is None) or (
+            mine is not None and [p.shape for p in mine.parameters()] != [p.shape for p in theirs.parameters()]
+        ):
+            raise ConfigError(
+                f"the generator's and discriminator's embeddings.{name} differ in shape, so they cannot be shared; "
+                "keep vocab_size, max_position, type_vocab_size and embedding_size equal in both"
+            )
+        setattr(generator.embeddings, name, theirs)
+
+
+class Electra(nn.Module):
+    """The ELECTRA pretraining objective: `generator` (a MaskedLM) + `discriminator` (a Discriminator).
+
+    `discriminator_encoder()` is the model to fine-tune; `save_pretrained` writes both models (and the
+    configs to rebuild them) for resuming; `export_hf` writes the pair as Hugging Face directories.
+    """
+
+    objective_name = "electra"
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        generator_config: ModelConfig,
+        *,
+        rtd_weight: float = 50.0,
+        stage: str = "joint",
+    ) -> None:
+        super().__init__()
+        if stage not in STAGES:
+            raise ConfigError(f"objective_args.stage={stage!r} is not allowed; choose one of: {', '.join(STAGES)}")
+        if rtd_weight < 0:
+            raise ConfigError(f"objective_args.rtd_weight must be >= 0, got {rtd_weight}")
+        self.rtd_weight = float(rtd_weight)
+        self.stage = stage
+        self.discriminator = Discriminator(Encoder(config))
+        gen_encoder = Encoder(generator_config)
+        # Shared before the MLM head is built, so its decoder ties to the shared word table.
+        self.shared_embeddings = stage != "discriminator"
+        if self.shared_embeddings:
+            share_embeddings(gen_encoder, self.discriminator.encoder)
+        self.generator = make_generator(gen_encoder)
+        if stage == "generator":  # only the generator (and the embeddings it shares) trains
+            self.discriminator.requires_grad_(False)
+            self.generator.requires_grad_(True)
+        elif stage == "discriminator":  # the generator is a fixed sampler
+            self.generator.requires_grad_(False)
+
+    @property
+    def config(self) -> ModelConfig:
+        """The discriminator's config (the model that is kept)."""
+        return self.discriminator.config
+
+    @property
+    def generator_config(self) -> ModelConfig:
+        return self.generator.encoder.config
+
+    @property
+    def encoder(self) -> Encoder:
+        """The discriminator's encoder, under the name every objective uses for the kept model."""
+        return self.discriminator.encoder
+
+    def discriminator_encoder(self) -> Encoder:
+        """The encoder to fine-tune (what `bertzoo.hub.load_encoder` returns for an ELECTRA checkpoint)."""
+        return self.discriminator.encoder
+
+    def replace(self, batch: Batch, mlm_logits: torch.Tensor, selected: torch.Tensor) -> Replacement:
+        """Sample the generator at the masked positions and build the discriminator's input."""
+        uniform = batch.extra.get(SAMPLE_UNIFORM)
+        if uniform is None:  # batches not made by ElectraCollator: the (checkpointed) global RNG
+            uniform = torch.rand(selected.shape, device=mlm_logits.device)
+        sampled = sample_from_logits(mlm_logits, uniform.to(mlm_logits.device)[selected])
+        return replace_tokens(batch, sampled)
+
+    def forward(self, batch: Batch) -> ObjectiveOutput:
+        if batch.labels is None:
+            raise ConfigError("ELECTRA pretraining needs masked batches (labels); use its collator")
+        selected = batch.labels != IGNORE_INDEX  # (batch, seq)
+        targets = batch.labels[selected]  # (num_masked,)
+        train_generator = self.stage != "discriminator"
+        with torch.set_grad_enabled(train_generator and torch.is_grad_enabled()):
+            hidden = self.generator.encoder(batch.input_ids, batch.attention_mask, batch.token_type_ids)
+            hidden = hidden.last_hidden_state
+            mlm_logits = self.generator.mlm_head(hidden, selected).float()  # (num_masked, vocab)
+            mlm_loss = F.cross_entropy(mlm_logits, targets) if targets.numel() else hidden.sum() * 0.0
+        device = hidden.device
+        n_masked = torch.tensor(targets.numel(), device=device)
+        with torch.no_grad():
+            mlm_acc = (mlm_logits.argmax(-1) == targets).float().mean() if targets.numel() else mlm_loss.detach() * 0
+        metrics = {"mlm_loss": mlm_loss.detach(), "mlm_acc": mlm_acc}
+        counts = {"mlm_loss": n_masked, "mlm_acc": n_masked}
+        loss = mlm_loss
+        if self.stage != "generator":
+            fake = self.replace(batch, mlm_logits, selected)
+            logits = self.discriminator.logits(fake.input_ids, batch.attention_mask, batch.token_type_ids)
+            real = batch.attention_mask.bool() if batch.attention_mask is not None else torch.ones_like(selected)
+            rtd_loss, rtd_metrics, rtd_counts = rtd_loss_and_metrics(logits, fake.labels, real)
+            metrics.update(rtd_metrics)
+            counts.update(rtd_counts)
+            loss = self.rtd_weight * rtd_loss + (mlm_loss if train_generator else 0.0)
+        metrics["loss"] = loss.detach()
+        counts["loss"] = torch.tensor(1, device=device)
+        return ObjectiveOutput(loss=loss, metrics=metrics, counts=counts)
+
+    @torch.no_grad()
+    def init_discriminator_from_generator(self) -> list[str]:
+        """Two-stage ELECTRA: copy every generator encoder tensor whose name and shape the discriminator
+        shares (all of them when both have the same size, as the paper's two-stage run requires; only
+        the E-wide embedding block otherwise). Returns the names copied."""
+        if self.shared_embeddings:
+            raise ConfigError("init_discriminator_from_generator applies to stage 'discriminator' only")
+        mine = self.discriminator.encoder.state_dict()
+        copied = []
+        for name, tensor in self.generator.encoder.state_dict().items():
+            if name in mine and mine[name].shape == tensor.shape:
+                mine[name].copy_(tensor)
+                copied.append(name)
+        return copied
+
+    def save_pretrained(self, directory: str) -> None:
+        """config.json (the discriminator's config + the generator's + the objective's settings) and
+        model.safetensors with `generator.*` and `discriminator.*` keys (shared tensors stored once)."""
+        from bertzoo.hub import save_module
+
+        extra = {
+            "objective": "electra",
+            "stage": self.stage,
+            "rtd_weight": self.rtd_weight,
+            "generator": self.generator_config.to_dict(),
+        }
+        save_module(self, self.config, directory, extra=extra)
+
+    @classmethod
+    def from_pretrained(cls, path: str) -> Electra:
+        """Load a checkpoint written by `save_pretrained`."""
+        from bertzoo.hub import load_pretraining
+
+        model = load_pretraining(path)
+        if not isinstance(model, cls):
+            raise ConfigError(f"{path} is not an ELECTRA pretraining checkpoint (it holds {type(model).__name__})")
+        return model
+
+    @classmethod
+    def from_parts(
+        cls, generator: MaskedLM, discriminator: Discriminator, *, rtd_weight: float = 50.0, stage: str = "joint"
+    ) -> Electra:
+        """Join a separately stored generator and discriminator (e.g. Hugging Face's ElectraForMaskedLM and
+        ElectraForPreTraining directories) into one objective; the shared embeddings are the discriminator's."""
+        from bertzoo.hub import load_into
+
+        model = cls(discriminator.config, generator.config, rtd_weight=rtd_weight, stage=stage)
+        # Generator first: with shared embeddings, the discriminator's tables then overwrite its copies.
+        load_into(model.generator, generator.state_dict(), source="generator")
+        load_into(model.discriminator, discriminator.state_dict(), source="discriminator")
+        return model
+
+    def export_hf(self, directory: str) -> str:
+        """The discriminator as Hugging Face ElectraForPreTraining in `directory`, the generator as
+        ElectraForMaskedLM in `directory/generator` (transformers has no joint class)."""
+        from pathlib import Path
+
+        from bertzoo.variants.electra import write_hf
+
+        write_hf(self.discriminator, directory)
+        write_hf(self.generator, Path(directory) / "generator")
+        return str(directory)

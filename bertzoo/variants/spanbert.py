@@ -1,0 +1,148 @@
+"""SpanBERT (Joshi et al. 2019): BERT's encoder, span masking and the span boundary objective.
+
+* Masking: contiguous spans of whole words, lengths from a geometric distribution (p =
+  `data.masking.span_p` = 0.2, truncated at `data.masking.max_span` = 10 words; mean 3.8), until
+  15% of the tokens are selected; one 80/10/10 decision per span (`bertzoo.data.masking.select_spans`).
+  `data.masking.strategy` left at "token" means span masking here; set whole_word, phrase, entity or
+  span explicitly to change it (the paper's ablations).
+* Objective "mlm+sbo" (default): MLM plus the span boundary objective; "mlm" drops SBO.
+* Data: single contiguous segments of up to `data.max_seq_len` tokens, no NSP.
+
+The architecture is BERT's, so Hugging Face export/import goes through BERT's key map (SpanBERT's
+released checkpoints are `bert` models); the SBO head has no Hugging Face counterpart and is left
+out of an export.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bertzoo.config import ModelConfig, PretrainConfig, from_dict
+from bertzoo.errors import CheckpointError, ConfigError
+from bertzoo.model import Encoder
+from bertzoo.objectives.span import SpanBoundaryLM
+from bertzoo.variants import bert
+
+# BERT's sizes: the paper trains base and large; the small ones are for experiments on a laptop.
+PRESETS: dict[str, dict[str, Any]] = {
+    "spanbert-tiny": {"num_layers": 2, "hidden_size": 128, "num_heads": 2, "intermediate_size": 512},
+    "spanbert-mini": {"num_layers": 4, "hidden_size": 256, "num_heads": 4, "intermediate_size": 1024},
+    "spanbert-base": {"num_layers": 12, "hidden_size": 768, "num_heads": 12, "intermediate_size": 3072},
+    "spanbert-large": {"num_layers": 24, "hidden_size": 1024, "num_heads": 16, "intermediate_size": 4096},
+}
+
+OBJECTIVES = ("mlm+sbo", "mlm")
+DEFAULT_OBJECTIVE = "mlm+sbo"
+DEFAULT_STRATEGY = "span"
+
+
+def model_config(spec: dict[str, Any]) -> ModelConfig:
+    """A ModelConfig from `{"preset": name, **overrides}` (or plain fields)."""
+    spec = dict(spec)
+    preset = spec.pop("preset", None)
+    base: dict[str, Any] = {}
+    if preset is not None:
+        if preset not in PRESETS:
+            raise ConfigError(f"model.preset={preset!r} is not a SpanBERT preset; choose one of: {', '.join(PRESETS)}")
+        base = dict(PRESETS[preset])
+    base.update(spec)
+    base.setdefault("variant", "spanbert")
+    return from_dict(ModelConfig, base, "model")
+
+
+def build(config: ModelConfig, objective: str = DEFAULT_OBJECTIVE, sbo_max_positions: int = 32) -> SpanBoundaryLM:
+    """The pretraining module: encoder + MLM head (+ span boundary head). `sbo_max_positions` is the
+    size of the SBO's relative-position table (spans are at most 10 words; longer offsets clamp)."""
+    if objective not in OBJECTIVES:
+        raise ConfigError(
+            f"objective={objective!r} is not available for SpanBERT; choose one of: {', '.join(OBJECTIVES)}"
+        )
+    if sbo_max_positions < 1:
+        raise ConfigError(f"objective_args.sbo_max_positions must be >= 1, got {sbo_max_positions}")
+    return SpanBoundaryLM(Encoder(config), sbo=objective == "mlm+sbo", sbo_max_positions=sbo_max_positions)
+
+
+def masking_strategy(cfg: PretrainConfig) -> str:
+    """Span masking unless another unit strategy is configured explicitly."""
+    strategy = cfg.data.masking.strategy
+    return DEFAULT_STRATEGY if strategy == "token" else strategy
+
+
+def examples(cfg: PretrainConfig, corpus, tokenizer):
+    """Single contiguous segments (no NSP); with the shards' unit flags when they have a sidecar
+    (`bertzoo.data.segment`: Chinese words), else WordPiece words are derived in the collator."""
+    from bertzoo.data.examples import NspDataset
+    from bertzoo.data.segment import load_unit_flags
+    from bertzoo.data.unit_collate import UnitDataset
+
+    dataset = NspDataset(
+        corpus,
+        tokenizer,
+        max_seq_len=cfg.data.max_seq_len,
+        seed=cfg.train.seed,
+        short_seq_prob=cfg.data.short_seq_prob,
+        nsp=False,
+    )
+    flags = load_unit_flags(corpus)
+    return UnitDataset(dataset, flags, seed=cfg.train.seed) if flags is not None else dataset
+
+
+def collator(cfg: PretrainConfig, tokenizer):
+    """Span masking over whole words, with the span boundaries the SBO reads."""
+    from bertzoo.data.unit_collate import UnitMaskingCollator
+
+    return UnitMaskingCollator(
+        tokenizer,
+        cfg.data.masking,
+        seed=cfg.train.seed,
+        pad_to_multiple_of=cfg.data.pad_to_multiple_of,
+        strategy=masking_strategy(cfg),
+        span_targets=True,
+    )
+
+
+def pretraining_model(raw: dict[str, Any], config: ModelConfig, state: dict[str, torch.Tensor]) -> SpanBoundaryLM:
+    """The (unloaded) pretraining module a checkpoint's config and tensors describe; the hook
+    `bertzoo.hub.load_pretraining` calls for variants whose module is not plain `MaskedLM`."""
+    objective = raw.get("objective") or ("mlm+sbo" if any(k.startswith("sbo_head.") for k in state) else "mlm")
+    positions = state.get("sbo_head.position.weight")
+    size = int(raw.get("sbo_max_positions", positions.shape[0] if positions is not None else 32))
+    return build(config, objective=objective, sbo_max_positions=size)
+
+
+def load_pretraining(path: str | Path) -> SpanBoundaryLM:
+    """A SpanBERT pretraining module (encoder, MLM and SBO heads) from a bertzoo checkpoint."""
+    from bertzoo.hub import load_into, load_weights, read_config, resolve
+
+    directory = resolve(path)
+    raw, config, is_hf = read_config(directory)
+    if is_hf:
+        raise CheckpointError(
+            f"{directory} is a Hugging Face checkpoint; SpanBERT's released models are BERT models, load them "
+            "with bertzoo.hub.load_pretraining or load_encoder"
+        )
+    state = load_weights(directory)
+    model = pretraining_model(raw, config, state)
+    load_into(model, state, source=str(directory))
+    return model
+
+
+# --- Hugging Face interop: the BERT architecture ---------------------------------------------
+
+
+def config_to_hf(config: ModelConfig, architectures: list[str] | None = None) -> dict[str, Any]:
+    """A Hugging Face BertConfig dict (SpanBERT is a BERT model)."""
+    return bert.config_to_hf(config, architectures)
+
+
+def state_to_hf(state: dict[str, torch.Tensor], config: ModelConfig, *, prefix: str = "") -> dict[str, torch.Tensor]:
+    """BERT keys; the span boundary head has no Hugging Face counterpart and is dropped."""
+    return bert.state_to_hf({k: v for k, v in state.items() if not k.startswith("sbo_head.")}, config, prefix=prefix)
+
+
+def state_from_hf(state: dict[str, torch.Tensor], config: ModelConfig) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """BERT tensors -> bertzoo keys (used for ModelConfig.variant == "spanbert")."""
+    return bert.state_from_hf(state, config)
