@@ -307,9 +307,32 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Separate dotted overrides (`--train.lr 5e-4`, `--data.nsp=false`) from the other arguments.
+
+    Done before argparse sees the line: otherwise an override's value (`bert-tiny` in
+    `pretrain --model.preset bert-tiny`) would be taken for the optional CONFIG argument.
+    """
+    rest: list[str] = []
+    overrides: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("--") and "." in arg.split("=", 1)[0]:
+            take = 1 if "=" in arg or i + 1 >= len(argv) else 2
+            overrides.extend(argv[i : i + take])
+            i += take
+        else:
+            rest.append(arg)
+            i += 1
+    return rest, overrides
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    rest, overrides = split_overrides(list(sys.argv[1:] if argv is None else argv))
+    args, extra = parser.parse_known_args(rest)
+    extra = overrides + extra
     args.argv = argv
     try:
         if extra and args.command not in ("pretrain", "finetune"):

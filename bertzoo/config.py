@@ -373,6 +373,28 @@ def load_pretrain_config(path: str | Path | None, overrides: dict[str, Any] | No
     return from_dict(PretrainConfig, data)
 
 
+def preset_config(
+    spec: dict[str, Any],
+    presets: dict[str, dict[str, Any]],
+    *,
+    variant: str,
+    family: str,
+    defaults: dict[str, Any] | None = None,
+) -> ModelConfig:
+    """A variant's ModelConfig from `{"preset": name, **overrides}`: the family's defaults, then the
+    preset's sizes, then the overrides; `variant` is always the family's own name."""
+    spec = dict(spec)
+    preset = spec.pop("preset", None)
+    base: dict[str, Any] = dict(defaults or {})
+    if preset is not None:
+        if preset not in presets:
+            raise ConfigError(f"model.preset={preset!r} is not a {family} preset; choose one of: {', '.join(presets)}")
+        base.update(presets[preset])
+    base.update(spec)
+    base["variant"] = variant
+    return from_dict(ModelConfig, base, "model")
+
+
 def load_finetune_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> FinetuneConfig:
     """Read a fine-tuning YAML file, apply dotted overrides, validate."""
     data = load_yaml(path) if path is not None else {}

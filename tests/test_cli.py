@@ -138,3 +138,18 @@ def test_python_dash_m_entry_point():
     assert "pretrain" in out.stdout and "prepare" in out.stdout
     bad = subprocess.run([sys.executable, "-m", "bertzoo", "info", "/no/such/dir"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+
+
+def test_override_values_are_not_taken_for_the_config_file(synthetic_shards, tmp_path):
+    """`pretrain --model.preset bert-tiny ...` with no YAML: every value stays with its flag."""
+    from bertzoo.cli import split_overrides
+
+    rest, overrides = split_overrides(["pretrain", "--model.preset", "bert-tiny", "--resume", "auto", "--train.lr=1"])
+    assert rest == ["pretrain", "--resume", "auto"]
+    assert overrides == ["--model.preset", "bert-tiny", "--train.lr=1"]
+    code = main(["pretrain", "--model.preset", "bert-tiny", "--model.hidden_size", "32", "--model.num_heads", "2",
+                 "--model.intermediate_size", "64", "--data.shards", str(synthetic_shards), "--data.max_seq_len", "32",
+                 "--train.max_steps", "2", "--train.batch_size", "4", "--train.output_dir", str(tmp_path / "run"),
+                 "--train.threads", "1"])  # fmt: skip
+    assert code == 0
+    assert (tmp_path / "run" / "final" / "model.safetensors").is_file()

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from bertzoo.config import ModelConfig, PretrainConfig, from_dict
+from bertzoo.config import ModelConfig, PretrainConfig, preset_config
 from bertzoo.convert import fuse_qkv, normalise_hf_keys, split_qkv
 from bertzoo.errors import CheckpointError, ConfigError
 from bertzoo.model import Encoder
@@ -64,16 +64,7 @@ HF_MODEL_TYPE = "albert"
 
 def model_config(spec: dict[str, Any]) -> ModelConfig:
     """A ModelConfig from `{"preset": name, **overrides}` (or plain fields)."""
-    spec = dict(spec)
-    preset = spec.pop("preset", None)
-    base: dict[str, Any] = dict(DEFAULTS)
-    if preset is not None:
-        if preset not in PRESETS:
-            raise ConfigError(f"model.preset={preset!r} is not an ALBERT preset; choose one of: {', '.join(PRESETS)}")
-        base.update(PRESETS[preset])
-    base.update(spec)
-    base["variant"] = "albert"
-    return from_dict(ModelConfig, base, "model")
+    return preset_config(spec, PRESETS, variant="albert", family="ALBERT", defaults=DEFAULTS)
 
 
 def build(config: ModelConfig, objective: str = "mlm+sop") -> MaskedLM:

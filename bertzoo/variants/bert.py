@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from bertzoo.config import ModelConfig, from_dict
+from bertzoo.config import ModelConfig, preset_config
 from bertzoo.convert import expand, fuse_qkv, normalise_hf_keys, split_qkv
 from bertzoo.errors import CheckpointError, ConfigError
 from bertzoo.model import Encoder
@@ -30,16 +30,7 @@ HF_MODEL_TYPE = "bert"
 
 def model_config(spec: dict[str, Any]) -> ModelConfig:
     """A ModelConfig from `{"preset": name, **overrides}` (or plain fields)."""
-    spec = dict(spec)
-    preset = spec.pop("preset", None)
-    base: dict[str, Any] = {}
-    if preset is not None:
-        if preset not in PRESETS:
-            raise ConfigError(f"model.preset={preset!r} is not a BERT preset; choose one of: {', '.join(PRESETS)}")
-        base = dict(PRESETS[preset])
-    base.update(spec)
-    base.setdefault("variant", "bert")
-    return from_dict(ModelConfig, base, "model")
+    return preset_config(spec, PRESETS, variant="bert", family="BERT")
 
 
 def build(config: ModelConfig, objective: str = "mlm+nsp") -> MaskedLM:

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from bertzoo.batch import Batch
-from bertzoo.config import ModelConfig, from_dict
+from bertzoo.config import ModelConfig, from_dict, preset_config
 from bertzoo.convert import expand, fuse_qkv, normalise_hf_keys, split_qkv
 from bertzoo.errors import CheckpointError, ConfigError
 from bertzoo.model import Encoder
@@ -68,16 +68,7 @@ SAMPLE_STREAM = "electra-sample"
 
 def model_config(spec: dict[str, Any]) -> ModelConfig:
     """The discriminator's ModelConfig from `{"preset": name, **overrides}` (or plain fields)."""
-    spec = dict(spec)
-    preset = spec.pop("preset", None)
-    base: dict[str, Any] = {"pooler": False}
-    if preset is not None:
-        if preset not in PRESETS:
-            raise ConfigError(f"model.preset={preset!r} is not an ELECTRA preset; choose one of: {', '.join(PRESETS)}")
-        base.update(PRESETS[preset])
-    base.update(spec)
-    base.setdefault("variant", "electra")
-    return from_dict(ModelConfig, base, "model")
+    return preset_config(spec, PRESETS, variant="electra", family="ELECTRA", defaults={"pooler": False})
 
 
 def default_generator_size(config: ModelConfig) -> float:

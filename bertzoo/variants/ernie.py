@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from bertzoo.config import ModelConfig, PretrainConfig, from_dict
+from bertzoo.config import ModelConfig, PretrainConfig, preset_config
 from bertzoo.convert import normalise_hf_keys
 from bertzoo.errors import ConfigError
 from bertzoo.model import Encoder
@@ -87,16 +87,7 @@ DEFAULT_STAGES: list[dict[str, Any]] = [
 
 def model_config(spec: dict[str, Any]) -> ModelConfig:
     """A ModelConfig from `{"preset": name, **overrides}` (or plain fields)."""
-    spec = dict(spec)
-    preset = spec.pop("preset", None)
-    base: dict[str, Any] = {}
-    if preset is not None:
-        if preset not in PRESETS:
-            raise ConfigError(f"model.preset={preset!r} is not an ERNIE preset; choose one of: {', '.join(PRESETS)}")
-        base = dict(PRESETS[preset])
-    base.update(spec)
-    base.setdefault("variant", "ernie")
-    return from_dict(ModelConfig, base, "model")
+    return preset_config(spec, PRESETS, variant="ernie", family="ERNIE")
 
 
 def schedule(objective_args: dict[str, Any], default_strategy: str = "token"):

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from bertzoo.config import ModelConfig, PretrainConfig, from_dict
+from bertzoo.config import ModelConfig, PretrainConfig, preset_config
 from bertzoo.convert import expand, fuse_qkv, normalise_hf_keys, split_qkv
 from bertzoo.errors import CheckpointError, ConfigError
 from bertzoo.model import Encoder
@@ -51,17 +51,10 @@ HF_MODEL_TYPE = "roberta"
 def model_config(spec: dict[str, Any]) -> ModelConfig:
     """A ModelConfig from `{"preset": name, **overrides}` (or plain fields). `position_offset`
     defaults to pad_token_id + 1, as in RoBERTa checkpoints."""
-    spec = dict(spec)
-    preset = spec.pop("preset", None)
-    base: dict[str, Any] = dict(DEFAULTS)
-    if preset is not None:
-        if preset not in PRESETS:
-            raise ConfigError(f"model.preset={preset!r} is not a RoBERTa preset; choose one of: {', '.join(PRESETS)}")
-        base.update(PRESETS[preset])
-    base.update(spec)
-    base["variant"] = "roberta"
-    base.setdefault("position_offset", int(base["pad_token_id"]) + 1)
-    return from_dict(ModelConfig, base, "model")
+    config = preset_config(spec, PRESETS, variant="roberta", family="RoBERTa", defaults=DEFAULTS)
+    if "position_offset" not in spec:
+        config.position_offset = config.pad_token_id + 1
+    return config
 
 
 def build(config: ModelConfig, objective: str = "mlm") -> MaskedLM:

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from bertzoo.config import ModelConfig, PretrainConfig, from_dict
+from bertzoo.config import ModelConfig, PretrainConfig, preset_config
 from bertzoo.errors import CheckpointError, ConfigError
 from bertzoo.model import Encoder
 from bertzoo.objectives.span import SpanBoundaryLM
@@ -41,16 +41,7 @@ DEFAULT_STRATEGY = "span"
 
 def model_config(spec: dict[str, Any]) -> ModelConfig:
     """A ModelConfig from `{"preset": name, **overrides}` (or plain fields)."""
-    spec = dict(spec)
-    preset = spec.pop("preset", None)
-    base: dict[str, Any] = {}
-    if preset is not None:
-        if preset not in PRESETS:
-            raise ConfigError(f"model.preset={preset!r} is not a SpanBERT preset; choose one of: {', '.join(PRESETS)}")
-        base = dict(PRESETS[preset])
-    base.update(spec)
-    base.setdefault("variant", "spanbert")
-    return from_dict(ModelConfig, base, "model")
+    return preset_config(spec, PRESETS, variant="spanbert", family="SpanBERT")
 
 
 def build(config: ModelConfig, objective: str = DEFAULT_OBJECTIVE, sbo_max_positions: int = 32) -> SpanBoundaryLM:
