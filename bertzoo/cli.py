@@ -121,7 +121,7 @@ def parse_overrides(extra: list[str]) -> dict[str, Any]:
     i = 0
     while i < len(extra):
         arg = extra[i]
-        if not arg.startswith("--") or "." not in arg.split("=", 1)[0]:
+        if not arg.startswith("--"):
             raise ConfigError(f"unrecognised argument {arg!r}; overrides look like --train.lr 5e-4")
         if "=" in arg:
             key, value = arg[2:].split("=", 1)
@@ -308,17 +308,26 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
-    """Separate dotted overrides (`--train.lr 5e-4`, `--data.nsp=false`) from the other arguments.
+    """Separate config overrides (`--train.lr 5e-4`, `--data.nsp=false`, and for pretrain/finetune
+    the top-level keys such as `--model DIR`) from the other arguments.
 
     Done before argparse sees the line: otherwise an override's value (`bert-tiny` in
     `pretrain --model.preset bert-tiny`) would be taken for the optional CONFIG argument.
     """
+    import dataclasses
+
+    from bertzoo.config import FinetuneConfig, PretrainConfig
+
+    command = next((a for a in argv if not a.startswith("-")), None)
+    top = {"pretrain": PretrainConfig, "finetune": FinetuneConfig}.get(command)
+    top_keys = {f.name for f in dataclasses.fields(top)} if top else set()
     rest: list[str] = []
     overrides: list[str] = []
     i = 0
     while i < len(argv):
         arg = argv[i]
-        if arg.startswith("--") and "." in arg.split("=", 1)[0]:
+        key = arg.split("=", 1)[0][2:] if arg.startswith("--") else ""
+        if key and ("." in key or key in top_keys):
             take = 1 if "=" in arg or i + 1 >= len(argv) else 2
             overrides.extend(argv[i : i + take])
             i += take

@@ -147,6 +147,9 @@ def test_override_values_are_not_taken_for_the_config_file(synthetic_shards, tmp
     rest, overrides = split_overrides(["pretrain", "--model.preset", "bert-tiny", "--resume", "auto", "--train.lr=1"])
     assert rest == ["pretrain", "--resume", "auto"]
     assert overrides == ["--model.preset", "bert-tiny", "--train.lr=1"]
+    # Top-level keys count for pretrain/finetune only: `tokenizer train --model bpe` keeps its option.
+    assert split_overrides(["finetune", "c.yaml", "--model", "dir"]) == (["finetune", "c.yaml"], ["--model", "dir"])
+    assert split_overrides(["tokenizer", "train", "--model", "bpe"])[1] == []
     code = main(["pretrain", "--model.preset", "bert-tiny", "--model.hidden_size", "32", "--model.num_heads", "2",
                  "--model.intermediate_size", "64", "--data.shards", str(synthetic_shards), "--data.max_seq_len", "32",
                  "--train.max_steps", "2", "--train.batch_size", "4", "--train.output_dir", str(tmp_path / "run"),
