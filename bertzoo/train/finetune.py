@@ -277,9 +277,12 @@ def finetune(cfg: FinetuneConfig, resume: str | None = None) -> dict[str, Any]:
     else:
         summary["model_from"] = "last"
     model.eval()
+    # Test before dev: a task may tune something on the split it evaluates (QA's no-answer threshold)
+    # and keep it in the saved model; evaluating dev last makes that value dev's, never test's.
     results = {
-        split: task.evaluate(model, examples[split], datasets[split]) for split in ("dev", "test") if split in datasets
+        split: task.evaluate(model, examples[split], datasets[split]) for split in ("test", "dev") if split in datasets
     }
+    results = {split: results[split] for split in ("dev", "test") if split in results}
     report: dict[str, Any] = {
         "task": cfg.task,
         "model": cfg.model or {"model_config": cfg.model_config},
