@@ -101,6 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--batch-size", type=int, default=64, help="examples per inference batch")
     pr.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
 
+    ex = sub.add_parser("export", help="export a model's encoder to ONNX, verified against PyTorch")
+    ex.add_argument("model", help="bertzoo or Hugging Face model directory")
+    ex.add_argument("out", help="output .onnx file")
+    ex.add_argument("--onnx", action="store_true", required=True, help="the format (ONNX is the only one)")
+    ex.add_argument("--no-verify", action="store_true", help="skip the onnxruntime comparison")
+
     cv = sub.add_parser("convert", help="convert a model directory between bertzoo and Hugging Face formats")
     cv.add_argument("--from", dest="src_format", required=True, choices=["hf", "bertzoo"])
     cv.add_argument("--to", dest="dst_format", required=True, choices=["hf", "bertzoo"])
@@ -337,6 +343,20 @@ def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
     return rest, overrides
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from bertzoo.export import export_onnx
+    from bertzoo.hub import load_encoder
+
+    info = export_onnx(load_encoder(args.model), args.out, verify=not args.no_verify)
+    check = (
+        f"verified with onnxruntime (max |diff| {info['max_abs_diff']:.1e})"
+        if info.get("verified")
+        else (info.get("verify_skipped", "not verified"))
+    )
+    print(f"wrote {info['path']} ({info['bytes'] / 1e6:.1f} MB); {check}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     rest, overrides = split_overrides(list(sys.argv[1:] if argv is None else argv))
@@ -360,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_predict(args)
         if args.command == "convert":
             return cmd_convert(args)
+        if args.command == "export":
+            return cmd_export(args)
         if args.command == "info":
             return cmd_info(args)
         parser.error(f"unknown command {args.command}")

@@ -34,3 +34,13 @@ def test_export_matches_pytorch_on_new_shapes(tmp_path):
     assert np.abs(hidden[valid] - ref.last_hidden_state.numpy()[valid]).max() < 1e-4
     assert np.abs(pooled - ref.pooler_output.numpy()).max() < 1e-4
     assert not list(tmp_path.glob(".*.tmp"))  # no temporary file left behind
+
+
+def test_cli_export(tmp_path, capsys):
+    from bertzoo.cli import main
+
+    enc = Encoder(ModelConfig(vocab_size=90, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64))
+    enc.save_pretrained(str(tmp_path / "model"))
+    assert main(["export", "--onnx", str(tmp_path / "model"), str(tmp_path / "m.onnx")]) == 0
+    out = capsys.readouterr().out
+    assert "verified with onnxruntime" in out and (tmp_path / "m.onnx").stat().st_size > 0
