@@ -153,6 +153,7 @@ class TrainConfig:
     precision: Precision = "fp32"
     device: str = "auto"  # auto, cpu, cuda, cuda:1, ...
     compile: bool = False
+    activation_checkpointing: bool = False  # recompute each layer in backward: less memory, ~30% more compute
     log_every: int = 10
     save_every: int = 500
     keep_last: int = 3

@@ -6,7 +6,7 @@ from bertzoo.nn.ffn import FeedForward, activation
 from bertzoo.nn.layer import LayerOutput, Residual, TransformerLayer
 from bertzoo.nn.masks import causal_mask, combine, padding_mask, prefix_lm_mask, to_attention_mask
 from bertzoo.nn.positions import LearnedPositions, SinusoidalPositions, build_positions, sinusoid_table
-from bertzoo.nn.stack import TransformerStack
+from bertzoo.nn.stack import TransformerStack, enable_activation_checkpointing
 
 __all__ = [
     "CrossAttention",
@@ -22,6 +22,7 @@ __all__ = [
     "activation",
     "attend",
     "build_positions",
+    "enable_activation_checkpointing",
     "causal_mask",
     "combine",
     "padding_mask",

@@ -97,3 +97,11 @@ class TransformerStack(nn.Module):
         else:
             out = layer(x[:, :n], mask, memory=x[:, n:])
         return out.hidden
+
+
+def enable_activation_checkpointing(module: nn.Module) -> int:
+    """Turn on activation checkpointing in every TransformerStack inside `module`; returns how many."""
+    stacks = [m for m in module.modules() if isinstance(m, TransformerStack)]
+    for stack in stacks:
+        stack.gradient_checkpointing = True
+    return len(stacks)

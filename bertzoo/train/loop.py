@@ -315,6 +315,10 @@ class Trainer:
 
     def _prepare_model(self) -> nn.Module:
         model: nn.Module = self.objective
+        if self.cfg.activation_checkpointing:
+            from bertzoo.nn import enable_activation_checkpointing
+
+            enable_activation_checkpointing(model)
         if self.dist.world_size > 1:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self._ddp = nn.parallel.DistributedDataParallel(model, device_ids=ids)
