@@ -86,7 +86,7 @@ def run_family(name: str, spec: dict[str, Any], shards: Path, out: Path, args) -
         "data.dataset": "builtin:wiki-topics",
         "data.max_seq_len": 128,
         "train.output_dir": str(ft_dir),
-        "train.epochs": args.ft_epochs,
+        "train.epochs": args.ft_epochs or None,  # epochs, when set, decide the number of steps
         "train.batch_size": 32,
         "train.eval_batch_size": 128,
         "train.lr": 2e-4,
@@ -161,7 +161,7 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=3.0, help="wall-clock cap per pretraining run")
     ap.add_argument("--vocab", type=int, default=16000)
     ap.add_argument("--ft-epochs", type=float, default=1.0)
-    ap.add_argument("--ft-limit", type=int, default=0, help="cap fine-tuning steps (0 = no cap)")
+    ap.add_argument("--ft-limit", type=int, default=0, help="cap fine-tuning steps when --ft-epochs is 0 (0 = no cap)")
     ap.add_argument("--precision", default="bf16", choices=["fp32", "bf16"])
     ap.add_argument("--threads", type=int, default=None, help="torch threads per run (default: torch's)")
     ap.add_argument("--out", default="runs/objectives_small")
@@ -169,7 +169,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="bert and electra, a few steps: a smoke run")
     args = ap.parse_args()
     if args.quick:
-        args.families, args.steps, args.minutes, args.vocab, args.ft_limit = ["bert", "electra"], 10, 1.0, 4000, 10
+        args.families, args.steps, args.minutes, args.vocab = ["bert", "electra"], 10, 1.0, 4000
+        args.ft_epochs, args.ft_limit = 0, 10
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     docs = list(read_documents(["builtin:wiki-en"]))
