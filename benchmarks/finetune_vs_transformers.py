@@ -177,7 +177,7 @@ class TransformersRun:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="256 training / 256 test examples, one epoch")
+    ap.add_argument("--quick", action="store_true", help="192 training / 192 test examples, one epoch")
     ap.add_argument("--epochs", type=float, default=3)
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--batch", type=int, default=32)
@@ -191,8 +191,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.epochs = 1
-        args.train_limit = args.train_limit or 256
-        args.test_limit = args.test_limit or 256
+        args.train_limit = args.train_limit or 192
+        args.test_limit = args.test_limit or 192
     if args.threads:
         torch.set_num_threads(args.threads)
     import transformers
