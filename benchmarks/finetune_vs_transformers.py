@@ -119,7 +119,7 @@ class TransformersRun:
             **impl,
         )
         self.per_epoch = math.ceil(len(self.train) / t.batch_size)
-        self.total = math.ceil(self.per_epoch * t.epochs)
+        self.total = t.max_steps if t.epochs is None else math.ceil(self.per_epoch * t.epochs)
         warmup = warmup_steps_for(t, self.total)
         self.sched = torch.optim.lr_scheduler.LambdaLR(
             self.opt, lambda s: lr_factor(s, schedule="linear", warmup=warmup, total=self.total)
@@ -175,8 +175,9 @@ class TransformersRun:
         return correct / len(gold)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parser(description: str) -> argparse.ArgumentParser:
+    """The recipe's options (shared with finetune_throughput.py)."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--quick", action="store_true", help="192 training / 192 test examples, one epoch")
     ap.add_argument("--epochs", type=float, default=3)
     ap.add_argument("--lr", type=float, default=1e-4)
@@ -188,11 +189,11 @@ def main() -> None:
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--threads", type=int, default=None)
-    args = ap.parse_args()
-    if args.quick:
-        args.epochs = 1
-        args.train_limit = args.train_limit or 192
-        args.test_limit = args.test_limit or 192
+    return ap
+
+
+def lockstep(args: argparse.Namespace, *, max_steps: int | None = None, evaluate: bool = True) -> dict:
+    """Run both sides in lockstep (`max_steps` steps, or `args.epochs`); return the measurements."""
     if args.threads:
         torch.set_num_threads(args.threads)
     import transformers
@@ -212,7 +213,8 @@ def main() -> None:
         train=TrainConfig(
             output_dir=tempfile.mkdtemp(prefix="bertzoo-bench-"),
             seed=args.seed,
-            epochs=args.epochs,
+            epochs=None if max_steps else args.epochs,
+            max_steps=max_steps or 1,
             batch_size=args.batch,
             lr=args.lr,
             warmup_ratio=0.1,
@@ -227,9 +229,10 @@ def main() -> None:
     )
     train_ex = subset(load_builtin_task("wiki-topics", "train"), args.train_limit, args.seed)
     test_ex = subset(load_builtin_task("wiki-topics", "test"), args.test_limit, args.seed + 1)
+    length = f"{max_steps} steps" if max_steps else f"{args.epochs:g} epoch(s)"
     print(
         f"all-MiniLM-L6-v2 on wiki-topics: {len(train_ex)} train / {len(test_ex)} test examples, "
-        f"{args.epochs:g} epoch(s), batch {args.batch}, lr {args.lr}, max length {args.max_len}, {args.precision} "
+        f"{length}, batch {args.batch}, lr {args.lr}, max length {args.max_len}, {args.precision} "
         f"on {device} (torch {torch.__version__}, transformers {transformers.__version__}, "
         f"{torch.get_num_threads()} threads)",
         flush=True,
@@ -275,8 +278,9 @@ def main() -> None:
     summary = trainer.train()
     end_of_run = time.perf_counter() - mark[-1]  # final checkpoint, final/ directory, metrics plot
     total = time.perf_counter() - t0
-    ours_acc = task.evaluate(model, test_ex, test_ds).metrics["accuracy"]
-    theirs_acc = theirs.accuracy(test_ex)
+    shutil.rmtree(cfg.train.output_dir, ignore_errors=True)  # checkpoints of a benchmark are not kept
+    ours_acc = task.evaluate(model, test_ex, test_ds).metrics["accuracy"] if evaluate else float("nan")
+    theirs_acc = theirs.accuracy(test_ex) if evaluate else float("nan")
 
     sampler = copy.copy(trainer.sampler)
     sampler.set_epoch(0)
@@ -285,6 +289,24 @@ def main() -> None:
     theirs_pad = theirs.padded / theirs.real - 1
     ratio = seconds["transformers"] / seconds["bertzoo"]
     diff = 100 * (ours_acc - theirs_acc)
+    return {
+        "summary": summary, "seconds": seconds, "end_of_run": end_of_run, "total": total,
+        "ours_acc": ours_acc, "theirs_acc": theirs_acc, "ours_pad": ours_pad, "theirs_pad": theirs_pad,
+        "ratio": ratio, "diff": diff, "same_ids": same_ids, "device": device,
+        "train_examples": len(train_ex), "test_examples": len(test_ex),
+        "encoder_config": model.encoder.config, "lengths": lengths,
+    }  # fmt: skip
+
+
+def main() -> None:
+    args = parser(__doc__.splitlines()[0]).parse_args()
+    if args.quick:
+        args.epochs = 1
+        args.train_limit = args.train_limit or 192
+        args.test_limit = args.test_limit or 192
+    r = lockstep(args)
+    seconds, end_of_run, ours_acc, theirs_acc = r["seconds"], r["end_of_run"], r["ours_acc"], r["theirs_acc"]
+    ratio, diff, ours_pad, theirs_pad, same_ids = r["ratio"], r["diff"], r["ours_pad"], r["theirs_pad"], r["same_ids"]
     print(f"bertzoo:      test accuracy {ours_acc:.4f}  train {seconds['bertzoo']:.1f} s (+{end_of_run:.1f} s saving)")
     print(f"transformers: test accuracy {theirs_acc:.4f}  train {seconds['transformers']:.1f} s")
     print(
@@ -294,16 +316,16 @@ def main() -> None:
     result = {
         "benchmark": "finetune_vs_transformers",
         "quick": args.quick,
-        "device": str(device),
+        "device": str(r["device"]),
         "precision": args.precision,
         "threads": torch.get_num_threads(),
-        "train_examples": len(train_ex),
-        "test_examples": len(test_ex),
+        "train_examples": r["train_examples"],
+        "test_examples": r["test_examples"],
         "epochs": args.epochs,
         "batch_size": args.batch,
         "lr": args.lr,
         "max_len": args.max_len,
-        "steps": summary["steps"],
+        "steps": r["summary"]["steps"],
         "bertzoo_accuracy": round(ours_acc, 4),
         "transformers_accuracy": round(theirs_acc, 4),
         "accuracy_diff_points": round(diff, 2),
@@ -314,9 +336,8 @@ def main() -> None:
         "bertzoo_padding": round(ours_pad, 4),
         "transformers_padding": round(theirs_pad, 4),
         "identical_token_ids": same_ids,
-        "total_s": round(total, 1),
+        "total_s": round(r["total"], 1),
     }
-    shutil.rmtree(cfg.train.output_dir, ignore_errors=True)  # checkpoints of a benchmark are not kept
     print(json.dumps(result))
 
 

@@ -139,6 +139,10 @@ class TrainConfig:
     seed: int = 42
     batch_size: int = 32  # examples per micro-batch (per process)
     grad_accum: int = 1
+    # Examples per optimizer step over all processes; when set, grad_accum is derived from it
+    # (global / (batch_size x processes)) so the optimisation stays the same at any world size.
+    global_batch_size: int | None = None
+    distributed: Literal["ddp", "fsdp"] = "ddp"  # several processes: replicate (DDP) or shard (FSDP2 fully_shard)
     max_steps: int = 1000  # optimizer steps
     max_minutes: float | None = None  # stop (and checkpoint) after this wall time
     lr: float = 1e-4
@@ -234,6 +238,28 @@ class FinetuneConfig:
 
 
 T = TypeVar("T")
+
+
+def resolve_batching(cfg: TrainConfig, world_size: int) -> TrainConfig:
+    """`cfg` with `grad_accum` derived from `global_batch_size` for this many processes.
+
+    A copy when anything changes; the same object otherwise (so calling it twice is harmless).
+    """
+    if cfg.global_batch_size is None:
+        return cfg
+    per_step = cfg.batch_size * world_size
+    if cfg.global_batch_size < 1 or cfg.global_batch_size % per_step:
+        raise ConfigError(
+            f"train.global_batch_size={cfg.global_batch_size} is not a positive multiple of train.batch_size "
+            f"x processes = {cfg.batch_size} x {world_size} = {per_step}; change one of them"
+        )
+    accum = cfg.global_batch_size // per_step
+    if cfg.grad_accum not in (1, accum):
+        raise ConfigError(
+            f"train.grad_accum={cfg.grad_accum} contradicts train.global_batch_size={cfg.global_batch_size} "
+            f"(which needs {accum} with {world_size} process(es) of batch {cfg.batch_size}); set only one of them"
+        )
+    return cfg if cfg.grad_accum == accum else dataclasses.replace(cfg, grad_accum=accum)
 
 
 def read_json(path: str | Path) -> dict[str, Any]:

@@ -384,3 +384,50 @@ def test_compile_failure_falls_back_to_eager(tmp_path: Path, monkeypatch: pytest
     with pytest.warns(UserWarning, match="torch.compile failed at the first step"):
         summary = make_trainer(make_cfg(tmp_path, compile=True, max_steps=3, save_every=0)).train()
     assert summary["completed"] and summary["final_metrics"]["loss"] == summary["final_metrics"]["loss"]
+
+
+# ------------------------------------------------------------------------ exact loss normalisation
+
+
+class CountedToy(ToyObjective):
+    """ToyObjective without dropout that splits its loss into a term with host-side item counts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.drop = nn.Identity()
+
+    def loss_counts(self, batch: Batch) -> dict[str, int]:
+        return {"mlm": int((batch.labels != IGNORE_INDEX).sum())}
+
+    def forward(self, batch: Batch) -> ObjectiveOutput:
+        out = super().forward(batch)
+        out.terms = {"mlm": (out.loss, 1.0)}
+        return out
+
+
+def train_weights(tmp_path: Path, objective_cls, **kw) -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    cfg = make_cfg(tmp_path, max_steps=6, save_every=0, clip_norm=None, **kw)
+    trainer = Trainer(objective_cls(), ToyDataset(48), collate, cfg, progress=False)
+    trainer.train()
+    return params(trainer)
+
+
+@pytest.mark.parametrize("objective_cls", [CountedToy, ToyObjective])
+def test_accumulation_equals_one_big_batch_only_with_item_counts(tmp_path: Path, objective_cls) -> None:
+    """4 micro-batches of 2 == 1 batch of 8 when terms are weighted by their share of the masked tokens
+    of the whole step; the plain mean of micro-batch means (no counts) weights tokens unequally."""
+    big = train_weights(tmp_path / "big", objective_cls, batch_size=8)
+    accum = train_weights(tmp_path / "accum", objective_cls, batch_size=2, global_batch_size=8)
+    gap = max(float((big[k] - accum[k]).abs().max()) for k in big)
+    if objective_cls is CountedToy:
+        assert gap < 1e-6
+    else:
+        assert gap > 1e-4  # the masked-token counts differ between micro-batches, so this path is inexact
+
+
+def test_global_batch_size_sets_accumulation(tmp_path: Path) -> None:
+    trainer = make_trainer(make_cfg(tmp_path, batch_size=4, global_batch_size=12))
+    assert trainer.cfg.grad_accum == 3
+    with pytest.raises(ConfigError, match="contradicts"):
+        make_trainer(make_cfg(tmp_path / "b", batch_size=4, global_batch_size=12, grad_accum=2))

@@ -230,6 +230,14 @@ class Electra(nn.Module):
         sampled = sample_from_logits(mlm_logits, uniform.to(mlm_logits.device)[selected])
         return replace_tokens(batch, sampled)
 
+    def loss_counts(self, batch: Batch) -> dict[str, int]:
+        """Items each loss term averages over: masked tokens (generator MLM), real tokens (RTD)."""
+        counts = {"mlm": int((batch.labels != IGNORE_INDEX).sum())} if batch.labels is not None else {}
+        if self.stage != "generator":
+            mask = batch.attention_mask
+            counts["rtd"] = int(mask.bool().sum()) if mask is not None else int(batch.input_ids.numel())
+        return counts
+
     def forward(self, batch: Batch) -> ObjectiveOutput:
         if batch.labels is None:
             raise ConfigError("ELECTRA pretraining needs masked batches (labels); use its collator")
@@ -248,6 +256,7 @@ class Electra(nn.Module):
         metrics = {"mlm_loss": mlm_loss.detach(), "mlm_acc": mlm_acc}
         counts = {"mlm_loss": n_masked, "mlm_acc": n_masked}
         loss = mlm_loss
+        terms = {"mlm": (mlm_loss, 1.0)}
         if self.stage != "generator":
             fake = self.replace(batch, mlm_logits, selected)
             logits = self.discriminator.logits(fake.input_ids, batch.attention_mask, batch.token_type_ids)
@@ -256,9 +265,10 @@ class Electra(nn.Module):
             metrics.update(rtd_metrics)
             counts.update(rtd_counts)
             loss = self.rtd_weight * rtd_loss + (mlm_loss if train_generator else 0.0)
+            terms = {"rtd": (rtd_loss, self.rtd_weight), **({"mlm": (mlm_loss, 1.0)} if train_generator else {})}
         metrics["loss"] = loss.detach()
         counts["loss"] = torch.tensor(1, device=device)
-        return ObjectiveOutput(loss=loss, metrics=metrics, counts=counts)
+        return ObjectiveOutput(loss=loss, metrics=metrics, counts=counts, terms=terms)
 
     @torch.no_grad()
     def init_discriminator_from_generator(self) -> list[str]:

@@ -81,16 +81,25 @@ class MaskedLM(nn.Module):
         counts = {f"{name}_loss": n_masked, f"{name}_acc": n_masked}
         return loss, metrics, counts
 
+    def loss_counts(self, batch: Batch) -> dict[str, int]:
+        """Items each loss term averages over (host-side, before the forward): see ObjectiveOutput."""
+        counts = {"mlm": int((batch.labels != IGNORE_INDEX).sum())} if batch.labels is not None else {}
+        if self.nsp_head is not None and batch.next_sentence_label is not None:
+            counts[self.sentence_task] = int(batch.next_sentence_label.numel())
+        return counts
+
     def forward(self, batch: Batch) -> ObjectiveOutput:
         out = self.encode(batch)
         hidden = out.last_hidden_state  # (batch, seq, hidden)
         mlm_loss, metrics, counts = self.mlm_loss(hidden, batch.labels)
         loss = mlm_loss
+        terms = {"mlm": (mlm_loss, 1.0)}
         if self.nsp_head is not None and batch.next_sentence_label is not None:
             name = self.sentence_task
             nsp_logits = self.nsp_head(out.pooler_output).float()  # (batch, 2)
             nsp_loss = F.cross_entropy(nsp_logits, batch.next_sentence_label)
             loss = loss + nsp_loss
+            terms[name] = (nsp_loss, 1.0)
             n = torch.tensor(nsp_logits.size(0), device=hidden.device)
             with torch.no_grad():
                 metrics[f"{name}_loss"] = nsp_loss.detach()
@@ -99,7 +108,7 @@ class MaskedLM(nn.Module):
             counts[f"{name}_acc"] = n
         metrics["loss"] = loss.detach()
         counts["loss"] = torch.tensor(1, device=hidden.device)
-        return ObjectiveOutput(loss=loss, metrics=metrics, counts=counts)
+        return ObjectiveOutput(loss=loss, metrics=metrics, counts=counts, terms=terms)
 
     def save_pretrained(self, directory: str) -> None:
         """config.json + model.safetensors with `encoder.`, `mlm_head.` and `nsp_head.` keys."""

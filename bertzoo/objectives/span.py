@@ -71,10 +71,16 @@ class SpanBoundaryLM(MaskedLM):
     def objective_name(self) -> str:
         return "mlm+sbo" if self.sbo_head is not None else "mlm"
 
+    def loss_counts(self, batch: Batch) -> dict[str, int]:
+        """Items each loss term averages over: the masked tokens, for MLM and SBO alike."""
+        n = int((batch.labels != IGNORE_INDEX).sum()) if batch.labels is not None else 0
+        return {"mlm": n, "sbo": n} if self.sbo_head is not None else {"mlm": n}
+
     def forward(self, batch: Batch) -> ObjectiveOutput:
         out = self.encode(batch)
         hidden = out.last_hidden_state  # (batch, seq, hidden)
         loss, metrics, counts = self.mlm_loss(hidden, batch.labels)
+        terms = {"mlm": (loss, 1.0)}
         if self.sbo_head is not None:
             start, end = batch.extra.get("span_start"), batch.extra.get("span_end")
             if start is None or end is None:
@@ -82,11 +88,12 @@ class SpanBoundaryLM(MaskedLM):
             head = partial(self.sbo_head, span_start=start, span_end=end)
             sbo_loss, sbo_metrics, sbo_counts = self.mlm_loss(hidden, batch.labels, head=head, name="sbo")
             loss = loss + sbo_loss
+            terms["sbo"] = (sbo_loss, 1.0)
             metrics.update(sbo_metrics)
             counts.update(sbo_counts)
         metrics["loss"] = loss.detach()
         counts["loss"] = torch.tensor(1, device=hidden.device)
-        return ObjectiveOutput(loss=loss, metrics=metrics, counts=counts)
+        return ObjectiveOutput(loss=loss, metrics=metrics, counts=counts, terms=terms)
 
     def save_pretrained(self, directory: str) -> None:
         """config.json (with the objective and the SBO position table size) + model.safetensors."""

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertzoo.config import FinetuneConfig, from_dict, read_json, to_plain
+from bertzoo.config import FinetuneConfig, from_dict, read_json, resolve_batching, to_plain
 from bertzoo.errors import CheckpointError, ConfigError, DataError
 
 BUILTIN_PREFIX = "builtin:"
@@ -243,8 +243,9 @@ def finetune(cfg: FinetuneConfig, resume: str | None = None) -> dict[str, Any]:
         metric_for_best = f"eval_{task.default_metric}"
         if not train_cfg.eval_every:
             # Evaluate once per epoch by default: the unit early stopping and best-model selection count in.
-            global_batch = train_cfg.batch_size * dist_info().world_size
-            per_epoch = math.ceil(math.ceil(len(datasets["train"]) / global_batch) / train_cfg.grad_accum)
+            world = dist_info().world_size
+            accum = resolve_batching(train_cfg, world).grad_accum
+            per_epoch = math.ceil(math.ceil(len(datasets["train"]) / (train_cfg.batch_size * world)) / accum)
             train_cfg = dataclasses.replace(train_cfg, eval_every=max(1, per_epoch))
     trainer = Trainer(
         model,

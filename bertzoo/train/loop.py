@@ -9,6 +9,7 @@ data position) goes into each checkpoint; see `bertzoo.train.checkpoint` for the
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import json
 import math
@@ -29,9 +30,9 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from bertzoo.batch import Batch
-from bertzoo.config import TrainConfig, to_plain
+from bertzoo.config import TrainConfig, resolve_batching, to_plain
 from bertzoo.errors import BertzooError, CheckpointError, ConfigError
-from bertzoo.train import distributed
+from bertzoo.train import distributed, fsdp
 from bertzoo.train.checkpoint import (
     check_finite,
     find_latest_checkpoint,
@@ -39,6 +40,7 @@ from bertzoo.train.checkpoint import (
     load_checkpoint,
     save_checkpoint,
     save_model_files,
+    unwrap,
     write_atomic,
     write_dir_atomic,
 )
@@ -162,8 +164,8 @@ class Trainer:
         metric_for_best: str | None = None,
         drop_last: bool = True,
     ) -> None:
-        self.cfg = cfg
         self.dist = distributed.dist_info()
+        cfg = self.cfg = resolve_batching(cfg, self.dist.world_size)
         self.device = resolve_device(cfg.device, self.dist.local_rank)
         _validate(cfg, self.device)
         if num_workers < 0:
@@ -173,7 +175,9 @@ class Trainer:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
 
-        self.objective = objective.to(self.device)
+        # FSDP: the model stays on the CPU until it is sharded; only its shards go to the device.
+        self.fsdp = cfg.distributed == "fsdp" and self.dist.world_size > 1
+        self.objective = objective if self.fsdp else objective.to(self.device)
         self.train_dataset = train_dataset
         self.collate_fn = collate_fn
         self.save_extra = save_extra
@@ -215,6 +219,7 @@ class Trainer:
             steps = max(1, math.ceil(cfg.epochs * self.sampler.batches_per_epoch() / cfg.grad_accum))
             cfg = self.cfg = dataclasses.replace(cfg, max_steps=steps)
 
+        self._groups_arg = param_groups
         self.optimizer = build_optimizer(self.objective, cfg, groups=param_groups)
         self.scheduler = build_scheduler(self.optimizer, cfg, cfg.max_steps)
         self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.precision == "fp16")
@@ -254,6 +259,7 @@ class Trainer:
         self._epoch_announced: int | None = None
         self._final_metrics: dict[str, float] = {}
         self._ddp: nn.parallel.DistributedDataParallel | None = None
+        self._shadow: nn.Module | None = None  # FSDP: an unsharded CPU copy on the main rank, for saving
         self._compile_unverified = False
         self._bar: Any = None
         self._session_start = time.monotonic()
@@ -319,7 +325,9 @@ class Trainer:
             from bertzoo.nn import enable_activation_checkpointing
 
             enable_activation_checkpointing(model)
-        if self.dist.world_size > 1:
+        if self.fsdp:
+            self._shard()
+        elif self.dist.world_size > 1:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self._ddp = nn.parallel.DistributedDataParallel(model, device_ids=ids)
             model = self._ddp
@@ -330,6 +338,34 @@ class Trainer:
             except Exception as exc:  # compile support varies by platform; eager always works
                 warnings.warn(f"torch.compile failed ({exc}); training without it", stacklevel=2)
         return model
+
+    def _shard(self) -> None:
+        """Shard the model (FSDP2) and rebuild optimizer and scheduler over the new parameters,
+        carrying over whatever state they hold (a resumed run restores into the unsharded model)."""
+        names = {id(p): n for n, p in self.objective.named_parameters(remove_duplicate=False)}
+        opt_state, sched_state = self.optimizer.state_dict(), self.scheduler.state_dict()
+        self._shadow = copy.deepcopy(self.objective) if self.is_main else None
+        fsdp.shard_model(self.objective, self.device, self.dist.world_size)
+        groups = None
+        if self._groups_arg is not None:
+            groups = fsdp.remap_groups(self._groups_arg, names, self.objective)
+        self.optimizer = build_optimizer(self.objective, self.cfg, groups=groups)
+        # Scheduler first: building it resets the groups' lr, which the loaded state then restores.
+        self.scheduler = build_scheduler(self.optimizer, self.cfg, self.cfg.max_steps)
+        fsdp.load_full_optimizer_state(self.optimizer, opt_state)
+        self.scheduler.load_state_dict(sched_state)
+        self._params = list({id(p): p for p in self.objective.parameters()}.values())
+
+    def _gather(self) -> nn.Module | None:
+        """FSDP: the unsharded weights copied into the main rank's CPU copy (collective; None elsewhere)."""
+        state = fsdp.full_model_state(self.objective)
+        if not self.is_main:
+            return None
+        assert self._shadow is not None
+        missing, unexpected = self._shadow.load_state_dict(state, strict=False)
+        if missing or unexpected:
+            raise CheckpointError(f"FSDP state gathering lost tensors: {sorted(missing) + sorted(unexpected)}")
+        return self._shadow
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         if self.cfg.precision == "bf16":
@@ -395,25 +431,60 @@ class Trainer:
                 out = model(batch)
         return model, out
 
+    def _step_counts(self, micro: list[Batch]) -> tuple[list[dict[str, int]], dict[str, int]] | None:
+        """Per-micro-batch item counts of each loss term and their totals over the whole step (all ranks)."""
+        counter = getattr(unwrap(self.objective), "loss_counts", None)
+        if counter is None:
+            return None
+        local = [counter(b) for b in micro]
+        names = sorted({k for c in local for k in c})
+        totals = torch.tensor([sum(c.get(k, 0) for c in local) for k in names], dtype=torch.int64)
+        if self.dist.world_size > 1:  # one small collective per step; every rank has the same term names
+            totals = totals.to(self.device)
+            distributed.all_reduce_sum(totals)
+        return local, dict(zip(names, totals.tolist(), strict=True))
+
+    def _scaled_loss(self, out: Any, counts: dict[str, int] | None, totals: dict[str, int] | None) -> torch.Tensor:
+        """What this micro-batch back-propagates: its share of the step's loss.
+
+        With per-term counts, each term's mean is weighted by this batch's share of the term's items in
+        the whole step (x world size, as DDP/FSDP average gradients over ranks): the gradient equals that
+        of the mean over every item of the global batch. Otherwise the batch mean / grad_accum.
+        """
+        if counts is None or totals is None or not out.terms:
+            return out.loss.float() / self.cfg.grad_accum
+        world = self.dist.world_size
+        loss = out.loss.float() * 0.0  # keeps the graph when a term has no items anywhere
+        for name, (mean, weight) in out.terms.items():
+            if name not in counts:
+                raise BertzooError(f"the objective's loss_counts() has no count for its loss term {name!r}")
+            if totals.get(name, 0) > 0:
+                loss = loss + weight * mean.float() * (counts[name] * world / totals[name])
+        return loss
+
     def _train_step(self, model: nn.Module, batches: Iterator[Batch], interval: RunningAverage) -> nn.Module:
         cfg = self.cfg
         step_avg = RunningAverage()
         loss_sum = torch.zeros((), device=self.device)
-        tokens = 0
+        micro = [next(batches) for _ in range(cfg.grad_accum)]
+        tokens = sum(b.num_tokens for b in micro)  # counted on the host copies: no device sync
+        counted = self._step_counts(micro)
         non_blocking = self.device.type == "cuda"
-        for micro in range(cfg.grad_accum):
-            batch = next(batches)
-            tokens += batch.num_tokens  # counted on the host copy: no device sync
+        for i, batch in enumerate(micro):
             batch = batch.to(self.device, non_blocking=non_blocking)
-            last = micro == cfg.grad_accum - 1
+            last = i == len(micro) - 1
             # Only the last micro-batch all-reduces gradients; the others accumulate locally.
             sync = self._ddp.no_sync() if self._ddp is not None and not last else contextlib.nullcontext()
+            if self.fsdp:
+                self.objective.set_requires_gradient_sync(last)
             with sync:
                 model, out = self._forward(model, batch)
-                loss = out.loss.float() / cfg.grad_accum
+                loss = self._scaled_loss(out, counted[0][i] if counted else None, counted[1] if counted else None)
                 self.scaler.scale(loss).backward()
             loss_sum += loss.detach()
-            step_avg.update({"loss": out.loss.detach().float(), **out.metrics}, out.counts)
+            step_avg.update({k: v for k, v in out.metrics.items() if k != "loss"}, out.counts)
+        # The step's loss: summed shares (the mean over the global batch once averaged over ranks).
+        step_avg.update({"loss": loss_sum})
         self._compile_unverified = False
 
         if self.scaler.is_enabled():
@@ -425,6 +496,8 @@ class Trainer:
             grad_norm = torch.nn.utils.get_total_norm(grads, foreach=True)
         else:
             grad_norm = torch.zeros((), device=self.device)
+        if self.fsdp:
+            grad_norm = fsdp.full_tensor(grad_norm)  # a DTensor over the shards
         # The one host sync per optimizer step: deciding whether to apply the update needs the values.
         loss_val, norm_val = torch.stack([loss_sum.float(), grad_norm.float().to(self.device)]).tolist()
         bad_loss = not math.isfinite(loss_val)
@@ -590,12 +663,18 @@ class Trainer:
     def _save(self) -> None:
         if self._last_saved_step == self.step:
             return
+        model: nn.Module | None = self.objective
+        optimizer: Any = self.optimizer
+        if self.fsdp:  # every rank takes part in gathering; the main rank writes what it gathered
+            model = self._gather()
+            optimizer = fsdp.StateView(fsdp.full_optimizer_state(self.optimizer, keep=self.is_main))
         if self.is_main:
+            assert model is not None
             self._last_checkpoint = save_checkpoint(
                 self.output_dir,
                 self.step,
-                self.objective,
-                self.optimizer,
+                model,
+                optimizer,
                 self.scheduler,
                 self.trainer_state(),
                 self.save_extra,
@@ -607,12 +686,13 @@ class Trainer:
 
     def _write_model_dir(self, name: str) -> Path | None:
         """Weights + config (+ extra files) in `output_dir/name`, replaced atomically (main rank only)."""
-        if not self.is_main:
+        model = self._gather() if self.fsdp else self.objective
+        if not self.is_main or model is None:
             return None
 
         def writer(directory: Path) -> None:
-            check_finite(self.objective)
-            save_model_files(self.objective, directory)
+            check_finite(model)
+            save_model_files(model, directory)
             if self.save_extra is not None:
                 self.save_extra(directory)
             if name == BEST_DIR and self.best_metric is not None:

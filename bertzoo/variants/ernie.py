@@ -25,17 +25,17 @@ task embedding when `use_task_id` is set.
 
 from __future__ import annotations
 
-import os
 import warnings
 from typing import Any
 
 import torch
 
-from bertzoo.config import ModelConfig, PretrainConfig, preset_config
+from bertzoo.config import ModelConfig, PretrainConfig, preset_config, resolve_batching
 from bertzoo.convert import normalise_hf_keys
 from bertzoo.errors import ConfigError
 from bertzoo.model import Encoder
 from bertzoo.objectives.mlm import MaskedLM
+from bertzoo.train.distributed import dist_info
 from bertzoo.variants import bert
 
 # BERT-base shapes (the released ERNIE 1.0 Chinese model has an 18k vocabulary and 513 positions;
@@ -159,14 +159,15 @@ def examples(cfg: PretrainConfig, corpus, tokenizer):
         nsp_random_prob=cfg.data.nsp_random_prob,
         nsp=objective == "mlm+nsp",
     )
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = dist_info().world_size
+    train_cfg = resolve_batching(cfg.train, world)
     return UnitDataset(
         inner,
         unit_flags(corpus, cfg.data.lexicon),
         schedule=schedule(cfg.objective_args, cfg.data.masking.strategy),
         seed=cfg.train.seed,
         global_batch=cfg.train.batch_size * world,
-        grad_accum=cfg.train.grad_accum,
+        grad_accum=train_cfg.grad_accum,
         max_steps=cfg.train.max_steps,
         epochs=cfg.train.epochs,
     )
