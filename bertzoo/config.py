@@ -201,7 +201,7 @@ class TaskDataConfig:
     label_column: str = "label"
     labels: list[str] = field(default_factory=list)  # fixed label order; default: sorted labels seen in train
     max_seq_len: int = 128
-    doc_stride: int = 128  # QA: overlap between windows of a long context
+    doc_stride: int = 128  # overlap between windows of a long QA context / NER sentence (NER: <= half a window)
     max_query_len: int = 64  # QA
     max_answer_len: int = 30  # QA: longest predicted answer, in tokens
     n_best: int = 20  # QA: candidate starts/ends considered

@@ -1,5 +1,5 @@
 """Token classification: first-sub-word alignment, scheme conversion, mapping predictions back to
-words (with truncation), entity F1, training with the linear and BiLSTM heads, prediction."""
+words (long sentences in overlapping windows), entity F1, training with the linear and BiLSTM heads, prediction."""
 
 from __future__ import annotations
 
@@ -15,7 +15,13 @@ from bertzoo.batch import IGNORE_INDEX
 from bertzoo.data.tokenizer import Tokenizer
 from bertzoo.errors import DataError
 from bertzoo.tasks import TASKS
-from bertzoo.tasks.token_classification import TokenClassificationTask, convert_scheme, split_words, tags_for_types
+from bertzoo.tasks.token_classification import (
+    TokenClassificationTask,
+    convert_scheme,
+    split_words,
+    tags_for_types,
+    word_windows,
+)
 
 NAMES = ["alice", "bob", "carol", "dave", "johanson"]
 CITIES = ["paris", "london", "berlin", "madrid", "kyoto"]
@@ -113,25 +119,57 @@ def _label_logits(task: TokenClassificationTask):
     return lambda batch: torch.nn.functional.one_hot(batch.input_ids % n, n).float()
 
 
-def test_predictions_map_back_to_words_with_truncation(tok):
+def test_long_sentences_are_windowed_and_merged_by_context(tok):
+    """max_seq_len 6 = 4 word pieces per window, overlap 2: 8 one-piece words give windows [0, 4),
+    [2, 6), [4, 8). Logits that depend on the position in the window show which window each word was
+    read from: the one where it has most context on its poorer side (hand-derived below)."""
     task = TokenClassificationTask(
-        make_cfg("token_classification", data={"labels": ["PER", "LOC"], "max_seq_len": 6}), tok
+        make_cfg("token_classification", data={"labels": ["PER", "LOC"], "max_seq_len": 6, "doc_stride": 2}), tok
     )
     labels = task.label_names()
-    words = ["Johanson", "lives", "in", "Berlin", "today", "again"]
-    examples = [{"tokens": words, "labels": ["B-PER", "O", "O", "B-LOC", "O", "O"]}]
+    n = len(labels)
+    words = ["alice", "went", "to", "paris", "and", "then", "saw", "bob"]
+    gold = ["B-PER", "O", "O", "B-LOC", "O", "O", "O", "B-PER"]
+    examples = [{"tokens": words, "labels": gold}, {"tokens": ["anna"], "labels": ["B-PER"]}]
     ds = task.featurize(examples, "dev")
-    f = ds.features[0]
-    kept = len(f["word_starts"])
-    assert len(f["input_ids"]) == 6 and kept < len(words)
-    assert task.truncated_words == len(words) - kept
-    model = LogitModel(_label_logits(task))
+    assert [f["word_range"] for f in ds.features] == [(0, 4), (2, 6), (4, 8), (0, 1)]
+    assert ds.example_ids.tolist() == [0, 0, 0, 1]
+    assert all(len(f["input_ids"]) <= 6 for f in ds.features) and task.truncated_words == 0
+    for f in ds.features[:3]:  # every window labels each of its words at the word's piece
+        w0, w1 = f["word_range"]
+        assert f["word_starts"].tolist() == list(range(1, w1 - w0 + 1))
+        assert f["labels"][f["word_starts"]].tolist() == [labels.index(t) for t in gold[w0:w1]]
+    model = LogitModel(
+        lambda batch: (
+            torch.nn.functional.one_hot(torch.arange(batch.input_ids.size(1)) % n, n)
+            .float()
+            .expand(batch.input_ids.size(0), -1, -1)
+        )
+    )
     result = task.evaluate(model, examples, ds)
-    ids = f["input_ids"]
-    expected = [labels[int(ids[s]) % len(labels)] for s in f["word_starts"]] + ["O"] * (len(words) - kept)
-    assert result.predictions[0]["labels"] == expected
-    assert result.metrics["truncated_words"] == len(words) - kept
-    assert result.report["truncated_words"] == len(words) - kept
+    #          word:  0  1  2  3  4  5  6  7   (window 0 for words 0-2, window 1 for 3-4, window 2 for 5-7)
+    read_at = [1, 2, 3, 2, 3, 2, 3, 4]
+    assert result.predictions[0]["labels"] == [labels[pos % n] for pos in read_at]
+    assert result.predictions[1]["labels"] == [labels[1 % n]]
+    assert result.metrics["truncated_words"] == 0
+
+
+def test_word_windows_cover_fit_and_overlap():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        sizes = rng.integers(1, 7, size=rng.integers(1, 40))  # pieces per word; some longer than small budgets
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        n_pieces = int(sizes.sum())
+        budget = int(rng.integers(1, 30))
+        overlap = int(rng.integers(0, budget // 2 + 1))
+        windows = word_windows(starts, n_pieces, budget, overlap)
+        assert windows[0][0] == 0 and windows[-1][1] == len(sizes)
+        for (a0, a1), (b0, b1) in zip(windows, windows[1:], strict=False):
+            assert a0 < b0 <= a1 < b1  # progress, no gap
+        for w0, w1 in windows:
+            assert w1 - w0 == 1 or int(sizes[w0:w1].sum()) <= budget  # only a lone over-long word exceeds it
+        if n_pieces <= budget:
+            assert windows == [(0, len(sizes))]
 
 
 def test_perfect_predictions_score_one(tok):

@@ -2,8 +2,11 @@
 
 Words are tokenized pre-split (`is_pretokenized`); the FIRST sub-word of each word carries the
 word's label and the other sub-words and the specials carry -100, as in the BERT paper's NER
-setup. Predictions are read at first sub-words and mapped back to words; words cut off by
-`data.max_seq_len` are predicted "O" and counted (`truncated_words`).
+setup. Predictions are read at first sub-words and mapped back to words. A sentence longer than
+`data.max_seq_len` is cut into overlapping windows of whole words (overlap: `data.doc_stride`
+pieces, at most half a window); every window trains, and each word's prediction comes from the
+window where it sits furthest from an edge (the most context on both sides), so nothing is
+truncated away.
 """
 
 from __future__ import annotations
@@ -119,6 +122,34 @@ def _word_pieces(enc, n_words: int, unk_id: int) -> tuple[np.ndarray, np.ndarray
     out = np.full(int(sizes.sum()), unk_id, dtype=np.int64)
     out[starts[word] + np.arange(len(word)) - old_starts[word]] = ids
     return out, starts
+
+
+def word_windows(starts: np.ndarray, n_pieces: int, budget: int, overlap: int) -> list[tuple[int, int]]:
+    """Word ranges [w0, w1) whose pieces fit in `budget`, consecutive ones sharing about `overlap`
+    pieces; they cover every word. A single word longer than `budget` gets a window of its own
+    (its first piece, which carries its label, always fits)."""
+    n = len(starts)
+    if n_pieces <= budget or n == 0:
+        return [(0, n)]
+    ends = np.append(starts[1:], n_pieces)  # where each word's pieces end
+    windows = []
+    w0 = 0
+    while True:
+        w1 = max(int(np.searchsorted(ends, starts[w0] + budget, side="right")), w0 + 1)
+        windows.append((w0, w1))
+        if w1 >= n:
+            return windows
+        # The next window starts at the first word within `overlap` pieces of this one's end, but late
+        # enough to take in at least word w1 (every window adds words), and never after w1 (no gap).
+        nxt = int(np.searchsorted(starts, ends[w1 - 1] - overlap))
+        fits_next = int(np.searchsorted(starts, ends[w1] - budget))
+        w0 = min(max(nxt, fits_next, w0 + 1), w1)
+
+
+def centrality(w0: int, w1: int) -> np.ndarray:
+    """For each word of window [w0, w1): how many words of context it has on its poorer side."""
+    j = np.arange(w1 - w0)
+    return np.minimum(j, w1 - w0 - 1 - j)
 
 
 class TokenClassificationModel(TaskModel):
@@ -256,27 +287,34 @@ class TokenClassificationTask(Task):
         encodings = tok.backend.encode_batch(
             [list(ex["tokens"]) for ex in examples], is_pretokenized=True, add_special_tokens=False
         )
-        features, lengths = [], []
-        truncated = 0
-        for ex, enc in zip(examples, encodings, strict=True):
+        overlap = max(0, min(self.cfg.data.doc_stride, budget // 2))
+        features, lengths, example_ids = [], [], []
+        for n, (ex, enc) in enumerate(zip(examples, encodings, strict=True)):
             words = ex["tokens"]
             pieces, starts = _word_pieces(enc, len(words), tok.unk_id)
-            kept = int(np.searchsorted(starts, budget))  # words whose first piece fits
-            ids = np.concatenate([[tok.cls_id], pieces[:budget], [tok.sep_id]])
-            starts = starts[:kept] + 1  # +1: [CLS] comes first
-            truncated += len(words) - kept
-            f: dict[str, Any] = {"input_ids": ids.astype(np.int32), "word_starts": starts}
             if labelled:
-                labels = np.full(len(ids), IGNORE_INDEX, dtype=np.int64)
                 try:
-                    labels[f["word_starts"]] = [index[t] for t in ex["labels"][: len(starts)]]
+                    tags = np.asarray([index[t] for t in ex["labels"]], dtype=np.int64)
                 except KeyError as exc:
                     raise DataError(f"{ex.get('source', split)}: unknown tag {exc.args[0]!r}; fix the data") from None
-                f["labels"] = labels
-            features.append(f)
-            lengths.append(len(ids))
-        self.truncated_words = truncated
-        return FeatureDataset(features, lengths, range(len(examples)))
+            for w0, w1 in word_windows(starts, len(pieces), budget, overlap):
+                p0 = int(starts[w0]) if w0 < len(starts) else 0
+                p1 = min(int(starts[w1]) if w1 < len(starts) else len(pieces), p0 + budget)
+                ids = np.concatenate([[tok.cls_id], pieces[p0:p1], [tok.sep_id]])
+                f: dict[str, Any] = {
+                    "input_ids": ids.astype(np.int32),
+                    "word_starts": starts[w0:w1] - p0 + 1,  # +1: [CLS] comes first
+                    "word_range": (w0, w1),
+                }
+                if labelled:
+                    labels = np.full(len(ids), IGNORE_INDEX, dtype=np.int64)
+                    labels[f["word_starts"]] = tags[w0:w1]
+                    f["labels"] = labels
+                features.append(f)
+                lengths.append(len(ids))
+                example_ids.append(n)
+        self.truncated_words = 0  # windows cover every word
+        return FeatureDataset(features, lengths, example_ids)
 
     def collate(self, features: list[dict[str, Any]]) -> Batch:
         ids, lengths = pad_2d([f["input_ids"] for f in features], self.tokenizer.pad_id)
@@ -301,35 +339,45 @@ class TokenClassificationTask(Task):
     # -- evaluation and prediction ----------------------------------------------------------------
 
     def _word_tags(self, model: nn.Module, examples: list[dict[str, Any]], features: FeatureDataset):
-        """Per example: predicted word tags (truncated words "O"), tag probabilities at kept words."""
+        """Per example: (word tags, logits at its words); plus every feature's logits.
+
+        Windows of one example are merged word by word, each word taken from the window where it
+        has the most context on its poorer side."""
         logits = batched_logits(model, features, self.collate, eval_batch_size(self.cfg))
         labels = self._labels or []
+        n_labels = max(1, len(labels))
+        merged = [np.zeros((len(ex["tokens"]), n_labels)) for ex in examples]
+        best = [np.full(len(ex["tokens"]), -1) for ex in examples]
+        for n, f, row in zip(features.example_ids, features.features, logits, strict=True):
+            w0, w1 = f["word_range"]
+            at_words = np.asarray(row, dtype=np.float64)[f["word_starts"]]  # (words in window, num_labels)
+            score = centrality(w0, w1)
+            better = score > best[n][w0:w1]
+            merged[n][w0:w1][better] = at_words[better]
+            best[n][w0:w1][better] = score[better]
         out = []
-        for ex, f, row in zip(examples, features.features, logits, strict=True):
-            at_words = np.asarray(row, dtype=np.float64)[f["word_starts"]]  # (kept words, num_labels)
-            tags = [labels[i] for i in at_words.argmax(-1)] if len(at_words) else []
-            tags += ["O"] * (len(ex["tokens"]) - len(tags))
-            out.append((tags, at_words, row))
-        return out
+        for rows, seen in zip(merged, best, strict=True):
+            # Words never scored (none, by construction of the windows) would read "O".
+            tags = [labels[i] if ok else "O" for i, ok in zip(rows.argmax(-1), seen >= 0, strict=True)]
+            out.append((tags, rows[seen >= 0]))
+        return out, logits
 
     def evaluate(self, model: nn.Module, examples: list[dict[str, Any]], features: FeatureDataset) -> EvalResult:
         if not labels_present(examples, "labels", "labels"):
             raise DataError("evaluation needs tagged examples; use predict for untagged data")
-        results = self._word_tags(model, examples, features)
+        results, logits = self._word_tags(model, examples, features)
         gold = [ex["labels"] for ex in examples]
-        pred = [tags for tags, _, _ in results]
+        pred = [tags for tags, _ in results]
         m = entity_metrics(gold, pred)
-        nll_sum, n_scored = 0.0, 0
-        for f, (_, _, row) in zip(features.features, results, strict=True):
+        nll_sum, n_scored = 0.0, 0  # over every window's scored words, as in training
+        for f, row in zip(features.features, logits, strict=True):
             target = f["labels"]
             scored = np.flatnonzero(target != IGNORE_INDEX)
             if len(scored):
                 lp = log_softmax(np.asarray(row, dtype=np.float64)[scored])
                 nll_sum -= float(lp[np.arange(len(scored)), target[scored]].sum())
                 n_scored += len(scored)
-        truncated = sum(
-            len(ex["tokens"]) - len(f["word_starts"]) for ex, f in zip(examples, features.features, strict=True)
-        )
+        truncated = sum(len(ex["tokens"]) - len(r) for ex, (_, r) in zip(examples, results, strict=True))
         metrics = {
             "precision": m["precision"],
             "recall": m["recall"],
@@ -375,9 +423,8 @@ class TokenClassificationTask(Task):
             return []
         features = self.featurize(inputs, "predict")
         out = []
-        for inp, words, text, f, (tags, at_words, _) in zip(
-            inputs, spans, texts, features.features, self._word_tags(model, inputs, features), strict=True
-        ):
+        results, _ = self._word_tags(model, inputs, features)
+        for inp, words, text, (tags, at_words) in zip(inputs, spans, texts, results, strict=True):
             tokens = inp["tokens"]
             probs = softmax(at_words) if len(at_words) else np.zeros((0, 0))
             entities = []
@@ -395,8 +442,5 @@ class TokenClassificationTask(Task):
                 if words is not None:
                     ent["char_start"], ent["char_end"] = words[start][1], words[end][2]
                 entities.append(ent)
-            result: dict[str, Any] = {"tokens": tokens, "labels": tags, "entities": entities}
-            if len(tokens) > len(f["word_starts"]):
-                result["truncated_words"] = len(tokens) - len(f["word_starts"])
-            out.append(result)
+            out.append({"tokens": tokens, "labels": tags, "entities": entities})
         return out
