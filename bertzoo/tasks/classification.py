@@ -53,6 +53,8 @@ THRESHOLD = 0.5  # multi-label: a label is predicted when its sigmoid probabilit
 class ClassificationModel(TaskModel):
     """Encoder + `ClassificationHead` on the sentence vector; the loss depends on `problem`."""
 
+    reads_sequence = False  # the head reads the pooled [CLS] vector only: the top layer skips other tokens
+
     def __init__(self, encoder: nn.Module, num_labels: int, problem: str, technique: TechniqueConfig) -> None:
         super().__init__(encoder, technique.feature_layers, technique.feature_mix)
         self.problem = problem

@@ -161,6 +161,10 @@ class TokenClassificationModel(TaskModel):
         lstm_hidden = encoder.config.hidden_size // 2 if technique.feature_head == "bilstm" else 0
         self.head = TokenClassificationHead(self.feature_dim, num_labels, technique.head_dropout, lstm_hidden)
 
+    def loss_counts(self, batch: Batch) -> dict[str, int]:
+        """Labelled words per batch: micro-batches and ranks are weighted by them (see ObjectiveOutput)."""
+        return {"tags": int((batch.labels != IGNORE_INDEX).sum())} if batch.labels is not None else {}
+
     def forward(self, batch: Batch) -> ObjectiveOutput:
         sequence, _ = self.encode(batch)
         logits = self.head(sequence, batch.attention_mask)  # (batch, seq, num_labels)
@@ -182,6 +186,7 @@ class TokenClassificationModel(TaskModel):
             metrics={"loss": loss.detach(), "acc": acc.detach()},
             counts={"loss": torch.ones((), device=flat.device), "acc": n},
             logits=logits,
+            terms={"tags": (loss, 1.0)},
         )
 
 

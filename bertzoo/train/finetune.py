@@ -171,7 +171,7 @@ def build_model(task, encoder: nn.Module, cfg: FinetuneConfig) -> nn.Module:
 
 def _mark_sentence_only(model: nn.Module, task: str) -> None:
     """Pooled-vector tasks skip the top layer's work on tokens other than [CLS], unless the model
-    class states otherwise."""
+    class states otherwise (ours do; this covers task models registered by users)."""
     if task in POOLED_TASKS and "reads_sequence" not in type(model).__dict__:
         model.reads_sequence = False
 
