@@ -36,7 +36,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=150, help="optimizer steps per side")
     args = ap.parse_args()
     if args.quick:
-        args.steps = 25
+        args.steps = 10
     r = lockstep(args, max_steps=args.steps, evaluate=False)
     examples = args.steps * args.batch
     eps = {k: examples / v for k, v in r["seconds"].items()}

@@ -8,8 +8,10 @@ the same vocabulary size. Each is then fine-tuned with one recipe on `wiki-topic
 scored on the dev split. The ERNIE-style model is ERNIE 1.0's masking schedule on English:
 token-level, then whole-word masking (there is no English phrase/entity lexicon in the package).
 
+Pretraining and fine-tuning results already under --out are reused (so a second invocation with
+`--ft-pooling mean` only fine-tunes again, reading the mean of the last layer instead of [CLS]).
 Writes results.json / results.md under --out and, with --docs, the table into docs/variants.md
-between the results markers. Last line: JSON.
+between the results markers of that pooling. Last line: JSON.
 
     python benchmarks/objectives_small.py --quick          # two families, a few steps: a smoke run
     python benchmarks/objectives_small.py --steps 1000 --minutes 10 --docs   # ~80 min on 2 cores
@@ -45,7 +47,12 @@ FAMILIES: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 TRAINERS = {"wordpiece": train_wordpiece, "bpe": train_bpe, "unigram": train_unigram}
-MARK_START, MARK_END = "<!-- results:start -->", "<!-- results:end -->"
+
+
+def markers(pooling: str) -> tuple[str, str]:
+    """Where the table for one fine-tuning pooling goes in docs/variants.md."""
+    name = "results" if pooling == "cls" else f"results-{pooling}"
+    return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
 
 
 def main_loss(metrics: dict[str, float]) -> tuple[str, float]:
@@ -75,14 +82,21 @@ def run_family(name: str, spec: dict[str, Any], shards: Path, out: Path, args) -
         "train.seed": 0,
         "train.threads": args.threads,
     }
-    t = time.perf_counter()
-    summary = pretrain(load_pretrain_config(None, overrides))
-    pre_seconds = time.perf_counter() - t
+    done = pre_dir / "summary.json"
+    if done.is_file():  # pretrained by an earlier invocation (e.g. one interrupted later): reuse it
+        summary = json.loads(done.read_text())
+        pre_seconds = float(summary["elapsed_s"])
+    else:
+        t = time.perf_counter()
+        summary = pretrain(load_pretrain_config(None, overrides))
+        pre_seconds = time.perf_counter() - t
+    # A run stopped by the wall-clock cap has no final/ directory: its last checkpoint is the model.
+    model_dir = summary.get("final_dir") or summary["last_checkpoint"]
     loss_name, loss = main_loss(summary.get("final_metrics") or {})
-    ft_dir = out / name / "finetune"
+    ft_dir = out / name / ("finetune" if args.ft_pooling == "cls" else f"finetune-{args.ft_pooling}")
     ft = {
         "task": "classification",
-        "model": str(pre_dir / "final"),
+        "model": str(model_dir),
         "data.dataset": "builtin:wiki-topics",
         "data.max_seq_len": 128,
         "train.output_dir": str(ft_dir),
@@ -97,16 +111,21 @@ def run_family(name: str, spec: dict[str, Any], shards: Path, out: Path, args) -
         "train.save_every": 100000,
         "train.seed": 0,
         "train.threads": args.threads,
+        "technique.pooling": args.ft_pooling,
     }
     if args.ft_limit:
         ft["train.max_steps"] = args.ft_limit
-    t = time.perf_counter()
-    result = finetune(load_finetune_config(None, ft))
-    ft_seconds = time.perf_counter() - t
+    if (ft_dir / "summary.json").is_file():
+        result = json.loads((ft_dir / "summary.json").read_text())
+        ft_seconds = float(result["elapsed_s"])
+    else:
+        t = time.perf_counter()
+        result = finetune(load_finetune_config(None, ft))
+        ft_seconds = time.perf_counter() - t
     dev = result.get("dev") or {}
     from bertzoo.hub import load_encoder
 
-    params = load_encoder(pre_dir / "final").num_parameters()
+    params = load_encoder(model_dir).num_parameters()
     row = {
         "family": name,
         "encoder_params": params,
@@ -130,7 +149,8 @@ def table(rows: list[dict[str, Any]], args) -> str:
     lines = [
         f"Measured {time.strftime('%Y-%m-%d')} on the 2-core CPU: {args.steps} steps x 32 sequences x 128 tokens "
         f"(cap {args.minutes} min), {args.precision}, vocabulary {args.vocab}; fine-tuning {args.ft_epochs} "
-        f"epoch(s) on wiki-topics, lr {args.ft_lr:g}, batch 32.",
+        f"epoch(s) on wiki-topics, lr {args.ft_lr:g}, batch 32, sentence vector: "
+        f"{'pooled [CLS]' if args.ft_pooling == 'cls' else 'mean of the last layer'}.",
         "",
         "| family | encoder params | pretrain tokens | tokens/s | steps | pretraining loss | dev accuracy | "
         "test accuracy |",
@@ -145,13 +165,14 @@ def table(rows: list[dict[str, Any]], args) -> str:
     return "\n".join(lines)
 
 
-def write_docs(path: Path, text: str) -> None:
-    doc = path.read_text() if path.is_file() else f"# Variants\n\n{MARK_START}\n{MARK_END}\n"
-    if MARK_START not in doc:
-        doc += f"\n{MARK_START}\n{MARK_END}\n"
-    head, rest = doc.split(MARK_START, 1)
-    tail = rest.split(MARK_END, 1)[1]
-    path.write_text(f"{head}{MARK_START}\n{text}\n{MARK_END}{tail}")
+def write_docs(path: Path, text: str, pooling: str) -> None:
+    start, end = markers(pooling)
+    doc = path.read_text() if path.is_file() else f"# Variants\n\n{start}\n{end}\n"
+    if start not in doc:
+        doc += f"\n{start}\n{end}\n"
+    head, rest = doc.split(start, 1)
+    tail = rest.split(end, 1)[1]
+    path.write_text(f"{head}{start}\n{text}\n{end}{tail}")
 
 
 def main() -> None:
@@ -163,6 +184,7 @@ def main() -> None:
     ap.add_argument("--ft-epochs", type=float, default=2.0)
     ap.add_argument("--ft-lr", type=float, default=5e-4, help="fine-tuning peak learning rate")
     ap.add_argument("--ft-limit", type=int, default=0, help="cap fine-tuning steps when --ft-epochs is 0 (0 = no cap)")
+    ap.add_argument("--ft-pooling", default="cls", choices=["cls", "mean"], help="sentence vector for fine-tuning")
     ap.add_argument("--precision", default="bf16", choices=["fp32", "bf16"])
     ap.add_argument("--threads", type=int, default=None, help="torch threads per run (default: torch's)")
     ap.add_argument("--out", default="runs/objectives_small")
@@ -186,11 +208,12 @@ def main() -> None:
     for name in args.families:
         rows.append(run_family(name, FAMILIES[name], shard_dirs[FAMILIES[name]["tokenizer"]], out, args))
     text = table(rows, args)
-    (out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
-    (out / "results.md").write_text(text + "\n")
+    suffix = "" if args.ft_pooling == "cls" else f"-{args.ft_pooling}"
+    (out / f"results{suffix}.json").write_text(json.dumps(rows, indent=2) + "\n")
+    (out / f"results{suffix}.md").write_text(text + "\n")
     print(text)
     if args.docs:
-        write_docs(Path("docs/variants.md"), text)
+        write_docs(Path("docs/variants.md"), text, args.ft_pooling)
     print(
         json.dumps(
             {r["family"]: {"dev_accuracy": r["dev_accuracy"], "tokens_per_s": r["pretrain_tokens_per_s"]} for r in rows}

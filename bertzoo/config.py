@@ -221,6 +221,9 @@ class TechniqueConfig:
     adapter_size: int = 0  # bottleneck adapters in every layer (0 = off); only adapters + head train
     gradual_unfreezing: bool = False  # unfreeze one more layer (top down) each epoch
     head_dropout: float = 0.1
+    # Sentence vector of classification / multiple choice: the pooled [CLS] (BERT's choice), or the
+    # mean of the last layer over real tokens (robust when pretraining left [CLS] uninformative).
+    pooling: Literal["cls", "mean"] = "cls"
 
 
 @dataclass

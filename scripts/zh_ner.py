@@ -4,10 +4,13 @@
    the deduplicated `chinese-sentiment` reviews, one document per line group.
 2. Tokenizer: WordPiece (CJK characters are split into single characters by the normalizer).
 3. Pretraining: BERT-mini, MLM + NSP, for --minutes on the CPU.
-4. Fine-tuning: token classification (BIO over PER/LOC/ORG) with the recipe below; entity-level
-   precision/recall/F1 (seqeval-style exact span and type) on dev and test.
+4. Fine-tuning: token classification (BIO over PER/LOC/ORG) with the recipe of
+   configs/finetune/peoples-daily-ner-bert-mini-zh.yaml; entity-level precision/recall/F1
+   (seqeval-style exact span and type) on dev and test.
+5. With --scratch: the same fine-tuning from random weights (same architecture and tokenizer), to
+   see what the pretraining is worth.
 
-    python scripts/zh_ner.py --minutes 6 --epochs 1
+    python scripts/zh_ner.py --minutes 6 --epochs 3 --scratch
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ import sys
 from pathlib import Path
 
 from bertzoo.cli import main as cli
+from bertzoo.config import load_finetune_config
 from bertzoo.data.builtin import load_builtin_task
 from bertzoo.data.corpus import read_documents
+from bertzoo.train.finetune import finetune
 
 
 def run(args: list[str]) -> None:
@@ -36,6 +41,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=None, help="default: what fits in --minutes at ~1.5 steps/s")
     ap.add_argument("--epochs", type=float, default=1.0)
     ap.add_argument("--vocab-size", type=int, default=8000)
+    ap.add_argument("--scratch", action="store_true", help="also fine-tune the same architecture from random init")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -52,24 +58,28 @@ def main() -> None:
     if not (shards / "meta.json").is_file():
         run(["prepare", "--input", str(corpus), "--tokenizer", str(tok), "--out", str(shards)])
     steps = args.steps or max(50, round(args.minutes * 60 * 1.5))
-    if not (pre / "final" / "model.safetensors").is_file():
+    if not (pre / "summary.json").is_file():  # written when a pretraining session ends (done or capped)
         run([
             "pretrain", "configs/pretrain/bert-mini.yaml", "--data.shards", str(shards),
             "--train.output_dir", str(pre), "--train.max_minutes", str(args.minutes),
             "--train.max_steps", str(steps), *(["--resume", "auto"] if (pre / "checkpoints").is_dir() else []),
         ])  # fmt: skip
-    ner = out / "ner"
-    run([
-        "finetune", "configs/finetune/peoples-daily-ner-bert-mini-zh.yaml", "--model", str(pre / "final"),
-        "--train.output_dir", str(ner), f"--train.epochs={args.epochs}",
-    ])  # fmt: skip
-    report = json.loads((ner / "report.json").read_text())
-    for split in ("dev", "test"):
-        m = report.get(split, {}).get("metrics", {})
-        print(
-            f"{split}: entity precision {m.get('precision', 0):.3f} recall {m.get('recall', 0):.3f} "
-            f"F1 {m.get('f1', 0):.3f}"
-        )
+    # Stopped by --minutes before --steps: no final/ directory, the last checkpoint is the model.
+    summary = json.loads((pre / "summary.json").read_text())
+    model_dir = summary.get("final_dir") or summary["last_checkpoint"]
+    config = "configs/finetune/peoples-daily-ner-bert-mini-zh.yaml"
+    inits = {"pretrained": {"model": str(model_dir)}}
+    if args.scratch:
+        inits["scratch"] = {"model": "", "model_config": {"preset": "bert-mini"}, "tokenizer": str(model_dir)}
+    scores = {}
+    for name, init in inits.items():
+        ner = out / f"ner-{name}-{args.epochs:g}ep"
+        print(f"\n== fine-tuning ({name}) -> {ner}", flush=True)
+        overrides = {**init, "train.output_dir": str(ner), "train.epochs": args.epochs}
+        summary = finetune(load_finetune_config(config, overrides))
+        scores[name] = {split: {k: round(summary[split][k], 4) for k in ("precision", "recall", "f1")}
+                        for split in ("dev", "test") if split in summary}  # fmt: skip
+    print(json.dumps(scores, indent=2))
 
 
 if __name__ == "__main__":

@@ -11,10 +11,11 @@ import pytest
 import torch
 from task_helpers import LogitModel, fell, make_cfg, single_thread, small_tokenizer, tiny_encoder, train_steps
 
+from bertzoo.config import TechniqueConfig
 from bertzoo.data.tokenizer import Tokenizer
 from bertzoo.errors import ConfigError, DataError
 from bertzoo.tasks import TASKS
-from bertzoo.tasks.classification import ClassificationTask
+from bertzoo.tasks.classification import ClassificationModel, ClassificationTask
 from bertzoo.tasks.common import truncate_pair
 
 GOOD = ["great", "wonderful", "excellent", "lovely", "superb"]
@@ -237,3 +238,27 @@ def test_problem_checks(tok):
         )
     with pytest.raises(ConfigError, match="token_classification dataset"):
         ClassificationTask(make_cfg("classification", data={"dataset": "builtin:peoples-daily-ner"}), tok)
+
+
+def test_mean_pooling_reads_the_mean_of_real_tokens(tok):
+    """technique.pooling=mean: the head reads the average of the last layer over real tokens, so
+    padding never changes the logits, the full top layer runs, and a model built so trains."""
+    task = ClassificationTask(
+        make_cfg("classification", data={"labels": ["neg", "pos"]}, technique={"pooling": "mean"}), tok
+    )
+    assert task.head_config()["pooling"] == "mean"
+    model = task.build(tiny_encoder(tok.vocab_size)).eval()
+    feats = task.featurize([{"text": "the song was wonderful"}, {"text": "awful"}], "predict")
+    batch = task.collate([feats[0], feats[1]])  # the short text is padded
+    alone = task.collate([feats[1]])
+    seq, vec = model.encode(batch)
+    assert seq.shape[1] == batch.input_ids.shape[1]  # every position computed (no [CLS]-only top layer)
+    hidden = model.encoder(batch.input_ids, batch.attention_mask, batch.token_type_ids).last_hidden_state
+    n = int(batch.attention_mask[1].sum())
+    assert torch.allclose(vec[1], hidden[1, :n].mean(0), atol=1e-6)
+    assert torch.allclose(model(batch).logits[1], model(alone).logits[0], atol=1e-5)
+    ds = task.featurize(sentiment_examples(64), "train")
+    model.train()
+    assert fell(train_steps(task, model, ds, steps=40))
+    with pytest.raises(ConfigError, match="technique.pooling"):
+        ClassificationModel(tiny_encoder(tok.vocab_size), 2, "single_label", TechniqueConfig(pooling="max"))

@@ -18,6 +18,7 @@ from torch import nn
 
 from bertzoo.batch import Batch
 from bertzoo.config import FinetuneConfig
+from bertzoo.errors import ConfigError
 
 
 class FeatureDataset:
@@ -73,17 +74,23 @@ class TaskModel(nn.Module):
     `feature_layers` layers. `feature_dim` is that representation's width, for sizing heads.
 
     `reads_sequence = False` declares that forward uses only the sentence vector (`encode()[1]`);
-    the top layer then runs for [CLS] alone (`Encoder(top_queries=1)`) and the sequence features
-    `encode()` returns hold that one position.
+    with `pooling="cls"` the top layer then runs for [CLS] alone (`Encoder(top_queries=1)`) and the
+    sequence features `encode()` returns hold that one position. `pooling="mean"` makes the sentence
+    vector the mean of the sequence features over real tokens instead of the pooled [CLS].
     """
 
     reads_sequence: bool = True
 
-    def __init__(self, encoder: nn.Module, feature_layers: int = 0, feature_mix: str = "weighted") -> None:
+    def __init__(
+        self, encoder: nn.Module, feature_layers: int = 0, feature_mix: str = "weighted", pooling: str = "cls"
+    ) -> None:
         super().__init__()
+        if pooling not in ("cls", "mean"):
+            raise ConfigError(f"technique.pooling={pooling!r} is not allowed; choose cls or mean")
         self.encoder = encoder
         self.feature_layers = feature_layers
         self.feature_mix = feature_mix
+        self.pooling = pooling
         hidden = encoder.config.hidden_size
         self.mix = ScalarMix(feature_layers) if feature_layers and feature_mix == "weighted" else None
         self.feature_dim = hidden * feature_layers if feature_layers and feature_mix == "concat" else hidden
@@ -98,7 +105,7 @@ class TaskModel(nn.Module):
         ids = batch.input_ids.reshape(-1, batch.input_ids.size(-1))
         mask = batch.attention_mask.reshape(ids.shape) if batch.attention_mask is not None else None
         types = batch.token_type_ids.reshape(ids.shape) if batch.token_type_ids is not None else None
-        cls_only = not self.reads_sequence and not self.feature_layers
+        cls_only = not self.reads_sequence and not self.feature_layers and self.pooling == "cls"
         out = self.encoder(
             ids, mask, types, output_hidden_states=bool(self.feature_layers), top_queries=1 if cls_only else None
         )
@@ -107,6 +114,11 @@ class TaskModel(nn.Module):
         else:
             top = out.hidden_states[-self.feature_layers :]
             seq = self.mix(top) if self.mix is not None else torch.cat(top, dim=-1)
+        if self.pooling == "mean":
+            if mask is None:
+                return seq, seq.mean(dim=1)
+            real = mask.to(seq.dtype).unsqueeze(-1)  # (batch, seq, 1)
+            return seq, (seq * real).sum(dim=1) / real.sum(dim=1).clamp(min=1)
         # Plain fine-tuning reads the pooler (as BERT's classifiers do); feature mixes read [CLS] itself.
         cls = out.pooler_output if not self.feature_layers and out.pooler_output is not None else seq[:, 0]
         return seq, cls

@@ -53,10 +53,10 @@ THRESHOLD = 0.5  # multi-label: a label is predicted when its sigmoid probabilit
 class ClassificationModel(TaskModel):
     """Encoder + `ClassificationHead` on the sentence vector; the loss depends on `problem`."""
 
-    reads_sequence = False  # the head reads the pooled [CLS] vector only: the top layer skips other tokens
+    reads_sequence = False  # the head reads the sentence vector only (cls pooling: top layer skips other tokens)
 
     def __init__(self, encoder: nn.Module, num_labels: int, problem: str, technique: TechniqueConfig) -> None:
-        super().__init__(encoder, technique.feature_layers, technique.feature_mix)
+        super().__init__(encoder, technique.feature_layers, technique.feature_mix, technique.pooling)
         self.problem = problem
         self.num_labels = num_labels
         self.head = ClassificationHead(
@@ -131,6 +131,7 @@ class ClassificationTask(Task):
             "problem": self.problem,
             "feature_layers": t.feature_layers,
             "feature_mix": t.feature_mix,
+            "pooling": t.pooling,
         }
 
     def _ensure_labels(self) -> None:

@@ -39,10 +39,10 @@ __all__ = ["MultipleChoiceModel", "MultipleChoiceTask"]
 class MultipleChoiceModel(TaskModel):
     """Encoder + one score per (context, ending) pair; input_ids are (batch, choices, seq)."""
 
-    reads_sequence = False  # the head reads the pooled [CLS] vector only: the top layer skips other tokens
+    reads_sequence = False  # the head reads the sentence vector only (cls pooling: top layer skips other tokens)
 
     def __init__(self, encoder: nn.Module, technique: TechniqueConfig) -> None:
-        super().__init__(encoder, technique.feature_layers, technique.feature_mix)
+        super().__init__(encoder, technique.feature_layers, technique.feature_mix, technique.pooling)
         self.head = ClassificationHead(self.feature_dim, 1, technique.head_dropout)
 
     def forward(self, batch: Batch) -> ObjectiveOutput:

@@ -158,7 +158,7 @@ def has_split(cfg: FinetuneConfig, split: str) -> bool:
 
 def build_model(task, encoder: nn.Module, cfg: FinetuneConfig) -> nn.Module:
     """task.build(encoder), with the head config completed for saving (task name, labels, problem)."""
-    if cfg.task in POOLED_TASKS and not cfg.technique.feature_layers:
+    if cfg.task in POOLED_TASKS and not cfg.technique.feature_layers and cfg.technique.pooling == "cls":
         _seeded(cfg.train.seed + 1, lambda: add_pooler(encoder))
     model = _seeded(cfg.train.seed, lambda: task.build(encoder))
     _mark_sentence_only(model, cfg.task)
