@@ -35,8 +35,8 @@ def main() -> None:
     ap = parser(__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=150, help="optimizer steps per side")
     args = ap.parse_args()
-    if args.quick:
-        args.steps = 10
+    if args.quick:  # a smoke run: fewer examples to tokenize, a few steps
+        args.steps, args.train_limit, args.test_limit = 8, args.train_limit or 512, args.test_limit or 64
     r = lockstep(args, max_steps=args.steps, evaluate=False)
     examples = args.steps * args.batch
     eps = {k: examples / v for k, v in r["seconds"].items()}
