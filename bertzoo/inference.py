@@ -14,6 +14,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertzoo.nn.masks import masked_mean
+
 Pooling = Literal["cls", "mean", "pooler"]
 
 
@@ -71,8 +73,7 @@ def encode(
                 elif pooling == "cls":
                     vec = result.last_hidden_state[:, 0]
                 else:
-                    m = mask.unsqueeze(-1).to(result.last_hidden_state.dtype)
-                    vec = (result.last_hidden_state * m).sum(1) / m.sum(1).clamp(min=1)
+                    vec = masked_mean(result.last_hidden_state, mask)
                 out[chunk] = vec.float().cpu().numpy()
     finally:
         encoder.train(was_training)

@@ -63,3 +63,12 @@ def combine(*masks: torch.Tensor | None) -> torch.Tensor | None:
             continue
         out = m if out is None else out & m
     return out
+
+
+def masked_mean(hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Mean of `hidden` (batch, seq, dim) over the positions where `mask` (batch, seq) is nonzero
+    (all positions when None): sentence-transformers-style mean pooling."""
+    if mask is None:
+        return hidden.mean(dim=1)
+    real = mask.to(hidden.dtype).unsqueeze(-1)  # (batch, seq, 1)
+    return (hidden * real).sum(dim=1) / real.sum(dim=1).clamp(min=1)

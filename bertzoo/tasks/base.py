@@ -19,6 +19,7 @@ from torch import nn
 from bertzoo.batch import Batch
 from bertzoo.config import FinetuneConfig
 from bertzoo.errors import ConfigError
+from bertzoo.nn.masks import masked_mean
 
 
 class FeatureDataset:
@@ -115,10 +116,7 @@ class TaskModel(nn.Module):
             top = out.hidden_states[-self.feature_layers :]
             seq = self.mix(top) if self.mix is not None else torch.cat(top, dim=-1)
         if self.pooling == "mean":
-            if mask is None:
-                return seq, seq.mean(dim=1)
-            real = mask.to(seq.dtype).unsqueeze(-1)  # (batch, seq, 1)
-            return seq, (seq * real).sum(dim=1) / real.sum(dim=1).clamp(min=1)
+            return seq, masked_mean(seq, mask)
         # Plain fine-tuning reads the pooler (as BERT's classifiers do); feature mixes read [CLS] itself.
         cls = out.pooler_output if not self.feature_layers and out.pooler_output is not None else seq[:, 0]
         return seq, cls
