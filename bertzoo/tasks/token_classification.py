@@ -219,7 +219,6 @@ class TokenClassificationTask(Task):
                 self._labels = tags_for_types(list(dict.fromkeys(given)), self.scheme)
         elif spec is not None:
             self._labels = tags_for_types(tag_types(spec.labels()), self.scheme)
-        self.truncated_words = 0  # words cut off by max_seq_len in the last featurize call
 
     # -- labels ---------------------------------------------------------------------------------
 
@@ -318,7 +317,6 @@ class TokenClassificationTask(Task):
                 features.append(f)
                 lengths.append(len(ids))
                 example_ids.append(n)
-        self.truncated_words = 0  # windows cover every word
         return FeatureDataset(features, lengths, example_ids)
 
     def collate(self, features: list[dict[str, Any]]) -> Batch:

@@ -431,11 +431,12 @@ class Trainer:
                 out = model(batch)
         return model, out
 
-    def _step_counts(self, micro: list[Batch]) -> tuple[list[dict[str, int]], dict[str, int]] | None:
-        """Per-micro-batch item counts of each loss term and their totals over the whole step (all ranks)."""
+    def _step_counts(self, micro: list[Batch]) -> tuple[list[dict[str, int] | None], dict[str, int] | None]:
+        """Per-micro-batch item counts of each loss term and their totals over the whole step (all ranks);
+        Nones for an objective without `loss_counts`."""
         counter = getattr(unwrap(self.objective), "loss_counts", None)
         if counter is None:
-            return None
+            return [None] * len(micro), None
         local = [counter(b) for b in micro]
         names = sorted({k for c in local for k in c})
         totals = torch.tensor([sum(c.get(k, 0) for c in local) for k in names], dtype=torch.int64)
@@ -468,7 +469,7 @@ class Trainer:
         loss_sum = torch.zeros((), device=self.device)
         micro = [next(batches) for _ in range(cfg.grad_accum)]
         tokens = sum(b.num_tokens for b in micro)  # counted on the host copies: no device sync
-        counted = self._step_counts(micro)
+        counts, totals = self._step_counts(micro)
         non_blocking = self.device.type == "cuda"
         for i, batch in enumerate(micro):
             batch = batch.to(self.device, non_blocking=non_blocking)
@@ -479,7 +480,7 @@ class Trainer:
                 self.objective.set_requires_gradient_sync(last)
             with sync:
                 model, out = self._forward(model, batch)
-                loss = self._scaled_loss(out, counted[0][i] if counted else None, counted[1] if counted else None)
+                loss = self._scaled_loss(out, counts[i], totals)
                 self.scaler.scale(loss).backward()
             loss_sum += loss.detach()
             step_avg.update({k: v for k, v in out.metrics.items() if k != "loss"}, out.counts)
