@@ -222,7 +222,7 @@ class TechniqueConfig:
     gradual_unfreezing: bool = False  # unfreeze one more layer (top down) each epoch
     head_dropout: float = 0.1
     # Sentence vector of classification / multiple choice: the pooled [CLS] (BERT's choice), or the
-    # mean of the last layer over real tokens (robust when pretraining left [CLS] uninformative).
+    # mean of the last layer over real tokens (better when no sentence-level task trained [CLS]).
     pooling: Literal["cls", "mean"] = "cls"
 
 
