@@ -19,7 +19,7 @@ Norm = Literal["post", "pre"]
 Position = Literal["learned", "sinusoidal", "none"]
 Share = Literal["none", "all", "attention", "ffn"]
 Activation = Literal["gelu", "gelu_tanh", "relu"]
-Precision = Literal["fp32", "bf16", "fp16"]
+Precision = Literal["auto", "fp32", "bf16", "fp16"]  # auto: bf16 where the hardware runs it natively and faster
 
 
 @dataclass
@@ -154,7 +154,7 @@ class TrainConfig:
     warmup_ratio: float = 0.0  # used when warmup_steps is 0
     schedule: Literal["linear", "constant", "cosine"] = "linear"
     clip_norm: float | None = 1.0
-    precision: Precision = "fp32"
+    precision: Precision = "auto"  # resolved by bertzoo.precision from the device
     device: str = "auto"  # auto, cpu, cuda, cuda:1, ...
     compile: bool = False
     activation_checkpointing: bool = False  # recompute each layer in backward: less memory, ~30% more compute

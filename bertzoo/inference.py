@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from bertzoo.nn.masks import masked_mean
+from bertzoo.precision import autocast_dtype, resolve_precision
 
 Pooling = Literal["cls", "mean", "pooler"]
 
@@ -47,18 +48,20 @@ def encode(
     batch_size: int = 64,
     max_length: int = 128,
     pooling: Pooling = "mean",
-    precision: Literal["fp32", "bf16"] = "fp32",
+    precision: Literal["auto", "fp32", "bf16"] = "fp32",
     normalize: bool = False,
 ) -> np.ndarray:
     """Sentence vectors (len(texts), hidden) in the input order.
 
     pooling: "mean" over real tokens (sentence-transformers style), "cls" (the [CLS] hidden state)
-    or "pooler" (tanh(W h_[CLS]), BERT's classifier input).
+    or "pooler" (tanh(W h_[CLS]), BERT's classifier input). precision "auto" picks bf16 only where the
+    device runs it natively (`bertzoo.precision`).
     """
     device = next(encoder.parameters()).device
     ids, order = tokenize_sorted(tokenizer, texts, max_length)
     out = np.zeros((len(texts), encoder.config.hidden_size), dtype=np.float32)
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
+    dtype = autocast_dtype(resolve_precision(precision, device))
+    autocast = torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
     was_training = encoder.training
     encoder.eval()
     try:

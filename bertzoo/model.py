@@ -87,12 +87,15 @@ class Encoder(nn.Module):
         output_attentions: bool = False,
         top_queries: int | None = None,
         task_type_ids: torch.Tensor | None = None,
+        pool: bool = True,
     ) -> EncoderOutput:
         """input_ids: (batch, seq). attention_mask: (batch, seq) padding mask, or a 3-D/4-D boolean
         mask (True = may attend) for custom attention patterns. `top_queries=n`: the last layer runs
         for the first n positions only and `last_hidden_state` has n positions (a [CLS] classifier
         passes 1 and skips most of the top layer; the pooler is unchanged). `task_type_ids`: ERNIE 2.0's
-        task of each token, for models with a task embedding."""
+        task of each token, for models with a task embedding. `pool=False` skips the pooler (its
+        output is None): an objective that never reads it must not run it, or DDP finds parameters
+        without gradients."""
         seq = input_ids.size(1)
         if position_ids is None and seq > self.embeddings.max_position:
             raise BertzooError(
@@ -112,7 +115,7 @@ class Encoder(nn.Module):
             x = self.final_norm(x)
             if hidden_states is not None:
                 hidden_states[-1] = x
-        pooled = self.pooler(x) if self.pooler is not None else None
+        pooled = self.pooler(x) if self.pooler is not None and pool else None
         return EncoderOutput(
             last_hidden_state=x,
             pooler_output=pooled,

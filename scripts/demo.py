@@ -117,7 +117,7 @@ def finetune_topics(model: Path, out: Path, args) -> None:
             str(out),
             f"--train.epochs={args.ft_epochs}",
             "--train.precision",
-            "bf16",
+            "auto",
             *cap,
         ]
     )

@@ -35,7 +35,7 @@ def main() -> None:
         "train.lr": 5e-4,
         "train.warmup_ratio": 0.1,
         "train.bucket_by_length": True,
-        "train.precision": "bf16",
+        "train.precision": "auto",
         "train.log_every": 50,
         "train.save_every": 100000,
         "train.seed": 42,

@@ -319,7 +319,7 @@ def test_a_nan_model_never_replaces_a_good_checkpoint(tmp_path):
     [
         ({"train.lr_rate": 1}, r"unknown config key train\.lr_rate; allowed keys under train: .*\blr\b"),
         ({"data.masking.prob": 0.2}, r"unknown config key data\.masking\.prob; allowed keys .*mask_prob"),
-        ({"train.precision": "fp8"}, r"train\.precision='fp8' is not allowed; choose one of: fp32, bf16, fp16"),
+        ({"train.precision": "fp8"}, r"train\.precision='fp8' is not allowed; choose one of: auto, fp32, bf16, fp16"),
         ({"train.batch_size": "big"}, r"train\.batch_size must be an integer, got 'big'"),
         ({"data.masking.mask_prob": 1.5}, r"data\.masking\.mask_prob must be in \(0, 1\), got 1\.5"),
         ({"data.nsp": "maybe"}, r"data\.nsp must be true or false"),

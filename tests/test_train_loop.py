@@ -365,10 +365,12 @@ def test_bad_config_is_a_clear_error(tmp_path: Path) -> None:
         make_trainer(make_cfg(tmp_path, batch_size=64))
 
 
-def test_max_minutes_stops_with_a_checkpoint(tmp_path: Path) -> None:
+def test_max_minutes_stops_with_a_checkpoint_and_a_final_model(tmp_path: Path) -> None:
+    """A spent time budget ends the run: checkpoint (to continue) and final/ (for the next stage)."""
     summary = make_trainer(make_cfg(tmp_path, max_minutes=1e-9, save_every=0)).train()
-    assert summary["stop_reason"] == "max_minutes" and summary["steps"] == 1
-    assert summary["last_checkpoint"].endswith("step-00000001") and not (tmp_path / "final").exists()
+    assert summary["stop_reason"] == "max_minutes" and summary["steps"] == 1 and not summary["completed"]
+    assert summary["last_checkpoint"].endswith("step-00000001")
+    assert summary["final_dir"] == str(tmp_path / "final") and (tmp_path / "final" / "config.json").is_file()
 
 
 def test_compile_failure_falls_back_to_eager(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

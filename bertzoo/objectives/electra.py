@@ -133,7 +133,7 @@ class Discriminator(nn.Module):
         token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """(batch, seq) replaced-token logits; > 0 means "replaced"."""
-        return self.rtd_head(self.encoder(input_ids, attention_mask, token_type_ids).last_hidden_state)
+        return self.rtd_head(self.encoder(input_ids, attention_mask, token_type_ids, pool=False).last_hidden_state)
 
     def forward(self, batch: Batch) -> ObjectiveOutput:
         """RTD on a batch whose `labels` are 0/1 replaced-token labels (IGNORE_INDEX skips a position)."""
@@ -245,7 +245,7 @@ class Electra(nn.Module):
         targets = batch.labels[selected]  # (num_masked,)
         train_generator = self.stage != "discriminator"
         with torch.set_grad_enabled(train_generator and torch.is_grad_enabled()):
-            hidden = self.generator.encoder(batch.input_ids, batch.attention_mask, batch.token_type_ids)
+            hidden = self.generator.encoder(batch.input_ids, batch.attention_mask, batch.token_type_ids, pool=False)
             hidden = hidden.last_hidden_state
             mlm_logits = self.generator.mlm_head(hidden, selected).float()  # (num_masked, vocab)
             mlm_loss = F.cross_entropy(mlm_logits, targets) if targets.numel() else hidden.sum() * 0.0

@@ -46,6 +46,10 @@ class MaskedLM(nn.Module):
         if not c.tie_word_embeddings:  # a tied decoder already holds the embedding table
             init_weights(self.mlm_head.decoder, std)
         nn.init.zeros_(self.mlm_head.decoder.bias)
+        if self.nsp_head is None and encoder.pooler is not None:
+            # Kept for fine-tuning, but nothing reads it here: frozen (and skipped in `encode`) so DDP
+            # does not wait for gradients that never come. A model loaded for fine-tuning trains it.
+            encoder.pooler.requires_grad_(False)
 
     @property
     def config(self):
@@ -54,7 +58,14 @@ class MaskedLM(nn.Module):
     def encode(self, batch: Batch) -> EncoderOutput:
         """The encoder pass (ERNIE 2.0's task ids ride in `batch.extra["task_type_ids"]`)."""
         task = batch.extra.get("task_type_ids") if self.encoder.embeddings.task_type is not None else None
-        return self.encoder(batch.input_ids, batch.attention_mask, batch.token_type_ids, task_type_ids=task)
+        # The pooler only feeds the sentence-pair head; MLM-only objectives leave it out of the graph.
+        return self.encoder(
+            batch.input_ids,
+            batch.attention_mask,
+            batch.token_type_ids,
+            task_type_ids=task,
+            pool=self.nsp_head is not None,
+        )
 
     def mlm_loss(
         self,

@@ -314,6 +314,24 @@ def capture_rng_state() -> dict[str, Any]:
     return state
 
 
+def restore_rank_rng(path: str | Path, rank: int) -> bool:
+    """Restore this rank's RNG streams from checkpoint `path`; False when it holds none for `rank`.
+
+    Rank 0's streams are always there; other ranks' only when the checkpoint was written by a run
+    with at least `rank + 1` processes.
+    """
+    state = safe_torch_load(Path(path) / RNG_FILE)
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{Path(path) / RNG_FILE} has an unexpected layout; use another checkpoint")
+    if rank > 0:
+        others = state.get("ranks") or []
+        if rank > len(others):
+            return False
+        state = others[rank - 1]
+    restore_rng_state(state)
+    return True
+
+
 def restore_rng_state(state: dict[str, Any]) -> None:
     """Inverse of `capture_rng_state`."""
     try:
@@ -500,6 +518,7 @@ def save_checkpoint(
     *,
     keep_last: int | None = None,
     scaler: Any = None,
+    rng_states: list[dict[str, Any]] | None = None,
 ) -> Path:
     """Write a complete checkpoint to `output_dir/checkpoints/step-XXXXXXXX` and return its path.
 
@@ -511,7 +530,9 @@ def save_checkpoint(
     root = Path(output_dir) / CHECKPOINTS_DIR
     target = root / checkpoint_name(step)
     tmp = root / f".tmp-{checkpoint_name(step)}-{os.getpid()}"
-    rng = capture_rng_state()  # first, so nothing below can disturb the state being recorded
+    # First, so nothing below can disturb the state being recorded. Under DDP/FSDP `rng_states` holds
+    # every rank's streams (rank order): rank 0's stay at the top level, the others under "ranks".
+    rng = capture_rng_state() if not rng_states else {**rng_states[0], "ranks": list(rng_states[1:])}
     try:
         root.mkdir(parents=True, exist_ok=True)
         if tmp.exists():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -93,6 +94,18 @@ def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     if is_initialized():
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return t
+
+
+def all_gather_objects(obj: Any) -> list[Any]:
+    """`obj` from every rank, in rank order (a one-element list in a single process).
+
+    Pickles between the processes of this job only (our own RNG states), never a user's file.
+    """
+    if not is_initialized():
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
 
 
 def cleanup() -> None:

@@ -32,12 +32,15 @@ from tqdm.auto import tqdm
 from bertzoo.batch import Batch
 from bertzoo.config import TrainConfig, resolve_batching, to_plain
 from bertzoo.errors import BertzooError, CheckpointError, ConfigError
+from bertzoo.precision import autocast_dtype, cpu_capability, resolve_precision
 from bertzoo.train import distributed, fsdp
 from bertzoo.train.checkpoint import (
+    capture_rng_state,
     check_finite,
     find_latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
+    restore_rank_rng,
     save_checkpoint,
     save_model_files,
     unwrap,
@@ -170,6 +173,8 @@ class Trainer:
         _validate(cfg, self.device)
         if num_workers < 0:
             raise ConfigError(f"num_workers must be >= 0, got {num_workers}")
+        # auto -> bf16 or fp32 from the hardware; the run's config records what was used.
+        cfg = self.cfg = dataclasses.replace(cfg, precision=resolve_precision(cfg.precision, self.device))
         self.dist = distributed.init_distributed(self.device)
         self.is_main = self.dist.is_main
         if cfg.threads:
@@ -278,6 +283,10 @@ class Trainer:
         random.seed(seed)
         np.random.seed(seed % 2**32)
 
+    def hardware(self) -> dict[str, Any]:
+        """The device, the precision `auto` resolved to and the CPU kind, recorded beside every figure."""
+        return {"device": str(self.device), "precision": self.cfg.precision, "cpu_capability": cpu_capability()}
+
     def _resolve_resume(self, resume: str | None) -> Path | None:
         if resume is None:
             if list_checkpoints(self.output_dir):
@@ -298,7 +307,13 @@ class Trainer:
         return path
 
     def _restore(self, path: Path) -> None:
-        state = load_checkpoint(path, self.objective, self.optimizer, self.scheduler, scaler=self.scaler)
+        state = load_checkpoint(
+            path, self.objective, self.optimizer, self.scheduler, scaler=self.scaler, restore_rng=False
+        )
+        if not restore_rank_rng(path, self.dist.rank):
+            # Written by a run with fewer processes: this rank had no streams of its own. Derive them
+            # deterministically (same resume, same run); the continuation is exact for the ranks it held.
+            torch.manual_seed(self.cfg.seed + 1_000_003 * self.dist.rank + int(state.get("step", 0)))
         try:
             self.step = int(state["step"])
             self.sampler.load_state_dict(state["sampler"])
@@ -314,9 +329,6 @@ class Trainer:
         self._last_checkpoint = path
         self._last_logged_step = self.step
         self._last_eval_step = self.step
-        if self.dist.rank > 0:
-            # TODO(ddp): rng.pt holds rank 0's streams; give other ranks their own, derived deterministically.
-            torch.manual_seed(self.cfg.seed + 1_000_003 * self.dist.rank + self.step)
         self._say(f"resumed from {path} at step {self.step} (epoch {self.sampler.epoch})")
 
     def _prepare_model(self) -> nn.Module:
@@ -368,11 +380,8 @@ class Trainer:
         return self._shadow
 
     def _autocast(self) -> contextlib.AbstractContextManager:
-        if self.cfg.precision == "bf16":
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
-        if self.cfg.precision == "fp16":
-            return torch.autocast(self.device.type, dtype=torch.float16)
-        return contextlib.nullcontext()
+        dtype = autocast_dtype(self.cfg.precision)
+        return contextlib.nullcontext() if dtype is None else torch.autocast(self.device.type, dtype=dtype)
 
     # ---------------------------------------------------------------------------------------- data
 
@@ -652,6 +661,7 @@ class Trainer:
             "tokens_seen": self.tokens_seen,
             "elapsed_seconds": self._elapsed(),
             "skipped_steps": self.skipped_steps,
+            **self.hardware(),
             "best_metric": self.best_metric,
             "evals_without_improvement": self.evals_without_improvement,
             "max_steps": self.cfg.max_steps,
@@ -666,6 +676,8 @@ class Trainer:
             return
         model: nn.Module | None = self.objective
         optimizer: Any = self.optimizer
+        # Every rank's RNG streams (dropout), so a resumed DDP/FSDP run continues exactly on every rank.
+        rng_states = distributed.all_gather_objects(capture_rng_state()) if self.dist.world_size > 1 else None
         if self.fsdp:  # every rank takes part in gathering; the main rank writes what it gathered
             model = self._gather()
             optimizer = fsdp.StateView(fsdp.full_optimizer_state(self.optimizer, keep=self.is_main))
@@ -681,6 +693,7 @@ class Trainer:
                 self.save_extra,
                 keep_last=self.cfg.keep_last or None,
                 scaler=self.scaler,
+                rng_states=rng_states,
             )
         distributed.barrier()
         self._last_saved_step = self.step
@@ -755,7 +768,8 @@ class Trainer:
         cfg = self.cfg
         if self.is_main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
-            plain = self.run_config if self.run_config is not None else {"train": to_plain(cfg)}
+            plain = dict(self.run_config) if self.run_config is not None else {"train": to_plain(cfg)}
+            plain["resolved"] = self.hardware()  # what `auto` became on this machine
             write_atomic(self.output_dir / "run_config.json", json.dumps(plain, indent=2, default=str) + "\n")
         self._seed()
         self._stop_reason = None
@@ -824,7 +838,8 @@ class Trainer:
                     self._announce_epoch()
                 if interval and self._last_logged_step != self.step:
                     self._log(interval, writer)
-                if self.step >= cfg.max_steps and self.eval_fn is not None and self._last_eval_step != self.step:
+                ended = self.step >= cfg.max_steps or self._stop_reason == "max_minutes"
+                if ended and self.eval_fn is not None and self._last_eval_step != self.step:
                     self._evaluate(writer)  # before the last save, so its best_metric is in the checkpoint
                 self._save()
         finally:
@@ -833,12 +848,16 @@ class Trainer:
         early = self._stop_reason == "early_stopping"
         completed = self.step >= cfg.max_steps or early
         final_dir = None
-        if completed:
+        # A run that used up its time budget is finished as far as the user is concerned: its model
+        # goes to final/ like a completed run's (a later --resume auto continues and rewrites it).
+        budget_spent = self._stop_reason == "max_minutes"
+        if completed or budget_spent:
             final_dir = self._write_final()
             distributed.barrier()
-        else:
+        if not completed:
+            kept = f"model in {final_dir}; " if final_dir is not None else ""
             self._say(
-                f"stopped at step {self.step} ({self._stop_reason}); checkpoint saved to "
+                f"stopped at step {self.step} ({self._stop_reason}); {kept}checkpoint saved to "
                 f"{self._last_checkpoint}; continue with {RESUME_HINT}"
             )
         if self.is_main and writer.jsonl_path.is_file():
@@ -857,6 +876,7 @@ class Trainer:
             "tokens_per_s": (self.tokens_seen - session_tokens_start) / max(session, 1e-9),
             "elapsed_s": self._elapsed(),
             "skipped_steps": self.skipped_steps,
+            **self.hardware(),
             "best_metric": self.best_metric,
             "last_checkpoint": str(self._last_checkpoint) if self._last_checkpoint is not None else None,
             "final_dir": str(final_dir) if final_dir is not None else None,
