@@ -30,6 +30,8 @@ from finetune_vs_transformers import lockstep, parser  # noqa: E402
 from inference_throughput import useful_flops  # noqa: E402
 from pretrain_throughput import peak_matmul_flops  # noqa: E402
 
+from bertzoo.precision import autocast_dtype, cpu_capability  # noqa: E402
+
 
 def main() -> None:
     ap = parser(__doc__.splitlines()[0])
@@ -44,7 +46,7 @@ def main() -> None:
     # Useful work per example: the mean over the training set (both sides draw from it uniformly).
     lengths = np.asarray(r["lengths"], dtype=np.int64)
     flops_per_example = 3 * useful_flops(r["encoder_config"], lengths) / len(lengths)
-    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
+    dtype = autocast_dtype(r["precision"]) or torch.float32  # the precision lockstep resolved
     peak = peak_matmul_flops(dtype, r["device"].type)
     util = {k: v * flops_per_example / peak for k, v in eps.items()}
     print(
@@ -59,7 +61,8 @@ def main() -> None:
                 "benchmark": "finetune_throughput",
                 "quick": args.quick,
                 "device": str(r["device"]),
-                "precision": args.precision,
+                "precision": r["precision"],
+                "cpu_capability": cpu_capability(),
                 "threads": torch.get_num_threads(),
                 "steps": args.steps,
                 "batch_size": args.batch,

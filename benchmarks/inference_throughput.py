@@ -6,7 +6,9 @@ batch, run the encoder and mean-pool, end to end: transformers the way its docs 
 in the given order, `padding=True` per batch, `torch.inference_mode()`), bertzoo through
 `bertzoo.inference.encode` (length-sorted batches). The outputs are checked to agree. Prints
 sentences/s for both, the ratio, and a utilisation figure (useful model FLOP/s over the measured
-peak matmul rate at the same precision). Last line: JSON.
+peak matmul rate at the same precision). --precision auto (the default) resolves to bf16 only
+where the CPU runs it natively and faster (`bertzoo.precision`), else fp32; both sides use the
+resolved precision. Last line: JSON.
 
     python benchmarks/inference_throughput.py --quick
 """
@@ -32,6 +34,7 @@ from bertzoo.data.corpus import read_documents, split_sentences  # noqa: E402
 from bertzoo.data.tokenizer import Tokenizer  # noqa: E402
 from bertzoo.hub import load_encoder  # noqa: E402
 from bertzoo.inference import encode  # noqa: E402
+from bertzoo.precision import autocast_dtype, cpu_capability, resolve_precision  # noqa: E402
 
 
 def minilm_dir() -> Path:
@@ -60,7 +63,7 @@ def main() -> None:
     ap.add_argument("--sentences", type=int, default=4096)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--max-length", type=int, default=128)
-    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    ap.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="a run of well under a minute")
     args = ap.parse_args()
@@ -74,14 +77,16 @@ def main() -> None:
     tok = Tokenizer.load(path)
     ref = transformers.BertModel.from_pretrained(path).eval()
     hf_tok = transformers.BertTokenizerFast.from_pretrained(path)
-    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
+    precision = resolve_precision(args.precision, torch.device("cpu"))  # once, for both sides
+    amp = autocast_dtype(precision)
+    dtype = amp or torch.float32
 
     def run_ours() -> np.ndarray:
-        return encode(ours, tok, texts, batch_size=args.batch, max_length=args.max_length, precision=args.precision)
+        return encode(ours, tok, texts, batch_size=args.batch, max_length=args.max_length, precision=precision)
 
     def run_hf() -> np.ndarray:
         out = []
-        ctx = torch.autocast("cpu", dtype=torch.bfloat16) if args.precision == "bf16" else contextlib.nullcontext()
+        ctx = torch.autocast("cpu", dtype=amp) if amp is not None else contextlib.nullcontext()
         with torch.inference_mode(), ctx:
             for start in range(0, len(texts), args.batch):
                 enc = hf_tok(
@@ -114,7 +119,8 @@ def main() -> None:
     ratio = sps["bertzoo"] / sps["transformers"]
     print(
         f"MiniLM-L6 on {len(texts)} Wikipedia sentences (mean {lengths.mean():.0f} tokens, max {lengths.max()}), "
-        f"batch {args.batch}, {args.precision}, threads {torch.get_num_threads()}, "
+        f"batch {args.batch}, precision {precision} (--precision {args.precision}), CPU {cpu_capability()}, "
+        f"threads {torch.get_num_threads()}, "
         f"transformers {transformers.__version__}"
     )
     print(
@@ -125,7 +131,8 @@ def main() -> None:
     print(
         json.dumps(
             {
-                "precision": args.precision,
+                "precision": precision,
+                "cpu_capability": cpu_capability(),
                 "bertzoo_sentences_per_s": round(sps["bertzoo"], 1),
                 "transformers_sentences_per_s": round(sps["transformers"], 1),
                 "ratio": round(ratio, 3),

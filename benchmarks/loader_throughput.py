@@ -7,8 +7,9 @@ Builds WordPiece shards from the built-in English Wikipedia (train split), then,
 2. bertzoo's whole loader (memory-mapped shards -> examples -> collator through a `DataLoader`,
    no workers) for BERT (NSP pairs, token masking), SpanBERT (span masking over whole words) and
    RoBERTa (FULL-SENTENCES packing): tokens/s;
-3. a BERT-mini training step (bf16) on those batches: tokens/s, so the loader's headroom (loader
-   tokens/s over model tokens/s, single process) is printed beside it.
+3. a BERT-mini training step on those batches, at --precision (auto, the default: bf16 only where
+   the CPU runs it natively and faster, else fp32; see `bertzoo.precision`): tokens/s, so the
+   loader's headroom (loader tokens/s over model tokens/s, single process) is printed beside it.
 
 Last line: JSON.
 
@@ -18,6 +19,7 @@ Last line: JSON.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import tempfile
 import time
@@ -31,6 +33,7 @@ from bertzoo.config import load_pretrain_config
 from bertzoo.data.corpus import read_documents
 from bertzoo.data.shards import prepare_shards
 from bertzoo.data.tokenizer import train_wordpiece
+from bertzoo.precision import autocast_dtype, cpu_capability, resolve_precision
 from bertzoo.train.pretrain import build_pretraining
 from bertzoo.train.sampler import ResumableBatchSampler
 
@@ -69,10 +72,13 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=200)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--model-steps", type=int, default=5)
+    ap.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto", help="the model step's")
     ap.add_argument("--quick", action="store_true", help="a run of well under a minute")
     args = ap.parse_args()
     if args.quick:
         args.docs, args.batches, args.model_steps = 1500, 60, 2
+    precision = resolve_precision(args.precision, torch.device("cpu"))  # the model step runs on the CPU
+    amp = autocast_dtype(precision)
     import transformers
     from transformers import BertTokenizerFast, DataCollatorForLanguageModeling
 
@@ -119,14 +125,14 @@ def main() -> None:
             bert_batches = batches
         print(f"loader [{family}]: {rate:,.0f} tok/s over {len(batches)} batches")
 
-    # 3. The model it feeds: BERT-mini, bf16 training step on the same batches.
+    # 3. The model it feeds: BERT-mini, a training step at the resolved precision on the same batches.
     opt = torch.optim.AdamW(objective.parameters(), lr=1e-4, foreach=True)
     objective.train()
     model_tokens, model_time = 0, 0.0
     for i in range(args.model_steps + 1):
         b = bert_batches[i % len(bert_batches)]
         t = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast("cpu", dtype=amp) if amp is not None else contextlib.nullcontext():
             loss = objective(b).loss
         loss.backward()
         opt.step()
@@ -137,19 +143,23 @@ def main() -> None:
     model_rate = model_tokens / model_time
     headroom = loaders["bert"] / model_rate
     print(
-        f"BERT-mini bf16 training step: {model_rate:,.0f} tok/s -> the single-process BERT loader is "
+        f"BERT-mini {precision} training step (--precision {args.precision}, CPU {cpu_capability()}): "
+        f"{model_rate:,.0f} tok/s -> the single-process BERT loader is "
         f"{headroom:.0f}x faster than the model consumes (threads {torch.get_num_threads()}, docs "
         f"{len(docs)}, {np.mean([len(e['input_ids']) for e in examples]):.0f} tokens per example)"
     )
     print(
         json.dumps(
             {
+                "ratio": round(collate_ratio, 2),  # headline: MLM collation speed over transformers'
                 "bertzoo_collate_tokens_per_s": round(timings["bertzoo"]),
                 "transformers_collate_tokens_per_s": round(timings["transformers"]),
                 "collate_ratio": round(collate_ratio, 2),
                 **{f"loader_{k}_tokens_per_s": round(v) for k, v in loaders.items()},
                 "model_tokens_per_s": round(model_rate),
                 "loader_headroom": round(headroom, 1),
+                "precision": precision,
+                "cpu_capability": cpu_capability(),
             }
         )
     )

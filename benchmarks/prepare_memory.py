@@ -23,6 +23,7 @@ from pathlib import Path
 
 from bertzoo.data.corpus import read_documents, split_sentences
 from bertzoo.data.tokenizer import train_wordpiece
+from bertzoo.precision import cpu_capability
 
 # Runs in the child: prepare, then print the peak RSS of this process (ru_maxrss is in KiB on Linux).
 CHILD = """
@@ -59,6 +60,8 @@ def main() -> None:
     docs = [split_sentences(d) for d in read_documents(["builtin:wiki-en:all"])]
     tok_dir = work / "tok"
     train_wordpiece((" ".join(d) for d in docs), 8000).save(tok_dir)
+    # Tokenisation and shard writing only: no floating-point model compute, so no precision applies.
+    print(f"precision: none (no model compute), CPU {cpu_capability()}", flush=True)
     rows = []
     try:
         for mb in args.sizes_mb:
@@ -98,9 +101,12 @@ def main() -> None:
     print(
         json.dumps(
             {
+                "ratio": round(growth, 3),  # headline: peak memory growth while the corpus grows corpus_growth-fold
                 "runs": rows,
                 "rss_growth": round(growth, 3),
                 "corpus_growth": round(rows[-1]["corpus_mb"] / rows[0]["corpus_mb"], 1),
+                "precision": None,
+                "cpu_capability": cpu_capability(),
             }
         )
     )

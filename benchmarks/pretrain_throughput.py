@@ -7,12 +7,16 @@ the measured peak matmul rate of this machine at the same precision. The last li
 
     python benchmarks/pretrain_throughput.py --quick
     python benchmarks/pretrain_throughput.py --preset bert-base --precision bf16
+
+--precision auto (the default) measures bf16 only where the hardware runs it natively and faster
+(`bertzoo.precision`), else fp32; the output names the precision used and the CPU kind.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import time
 
@@ -22,6 +26,7 @@ from bertzoo.batch import IGNORE_INDEX, Batch
 from bertzoo.convert import config_to_hf, state_to_hf
 from bertzoo.model import Encoder
 from bertzoo.objectives.mlm import MaskedLM
+from bertzoo.precision import autocast_dtype, cpu_capability, resolve_precision
 from bertzoo.variants.bert import model_config
 
 
@@ -83,7 +88,7 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--precision", choices=["fp32", "bf16", "both"], default="both")
+    ap.add_argument("--precision", choices=["auto", "fp32", "bf16", "both"], default="auto")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--quick", action="store_true", help="a run of well under a minute")
     args = ap.parse_args()
@@ -127,20 +132,20 @@ def main() -> None:
         opt_hf.step()
         opt_hf.zero_grad(set_to_none=True)
 
-    precisions = ["fp32", "bf16"] if args.precision == "both" else [args.precision]
+    device = torch.device(args.device)
+    specs = ["fp32", "bf16"] if args.precision == "both" else [args.precision]
+    precisions = [resolve_precision(p, device) for p in specs]
     tokens = args.batch * args.seq
     results: dict[str, float] = {}
     print(
         f"{args.preset} seq {args.seq} batch {args.batch} on {args.device}, torch {torch.__version__}, "
         f"transformers {transformers.__version__}, threads {torch.get_num_threads()}"
     )
+    print(f"precision {'+'.join(precisions)} (--precision {args.precision}), CPU {cpu_capability()}")
     for prec in precisions:
-        dtype = torch.bfloat16 if prec == "bf16" else torch.float32
-        ctx = (
-            (lambda: torch.autocast(args.device.split(":")[0], dtype=torch.bfloat16))
-            if prec == "bf16"
-            else (contextlib.nullcontext)
-        )
+        amp = autocast_dtype(prec)  # bertzoo and transformers run under the same autocast
+        dtype = amp or torch.float32
+        ctx = functools.partial(torch.autocast, device.type, dtype=amp) if amp is not None else contextlib.nullcontext
         times = {"bertzoo": 0.0, "transformers": 0.0}
         fns = {"bertzoo": step_ours, "transformers": step_hf}
         for fn in fns.values():  # warm-up
@@ -170,7 +175,19 @@ def main() -> None:
         results[f"{prec}_ratio"] = round(ratio, 3)
         results[f"{prec}_bertzoo_mfu"] = round(mfu_ours, 4)
         results[f"{prec}_transformers_mfu"] = round(mfu_hf, 4)
-    print(json.dumps({"preset": args.preset, "device": args.device, **results}))
+    print(
+        json.dumps(
+            {
+                # headline: tokens/s over transformers' at the first precision measured
+                "ratio": results[f"{precisions[0]}_ratio"],
+                "preset": args.preset,
+                "device": args.device,
+                "precision": "+".join(precisions),
+                "cpu_capability": cpu_capability(),
+                **results,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

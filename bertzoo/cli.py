@@ -11,11 +11,60 @@ import json
 import os
 import shlex
 import sys
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 from bertzoo.errors import BertzooError, ConfigError, is_disk_full
 
 EXIT_USAGE = 2
+
+
+class UsageError(ConfigError):
+    """A command line argparse rejects (unknown option, missing or malformed value)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: `error` raises UsageError, which `main` prints like every other
+    expected error, instead of printing the usage block and exiting (subparsers inherit the class)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}; see {self.prog} --help")
+
+    def parse_known_args(
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        namespace, extra = super().parse_known_args(args, namespace)
+        # argparse (3.11/3.12) strips a value of "--" (`--limit-docs=--`) and stores [] without calling
+        # `type`; an integer option must hold an int (or its default None) before any command sees it.
+        for action in self._actions:
+            value = getattr(namespace, action.dest, None)
+            if getattr(action.type, "integer_option", False) and value is not None and not isinstance(value, int):
+                self.error(f"argument {'/'.join(action.option_strings)}: expected an integer")
+        return namespace, extra
+
+
+def int_range(low: int, high: int = sys.maxsize) -> Callable[[str], int]:
+    """An argparse `type` for integers in [low, high]; anything else is a one-line usage error."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:  # also int() of more than 4300 digits
+            shown = text if len(text) <= 40 else text[:40] + "..."
+            raise argparse.ArgumentTypeError(f"expected an integer, got {shown!r}") from None
+        if not low <= value <= high:
+            shown = str(value) if len(text) <= 40 else f"a {len(text)}-digit number"
+            bound = f">= {low}" if high == sys.maxsize else f"in {low}..{high}"
+            raise argparse.ArgumentTypeError(f"must be an integer {bound}, got {shown}")
+        return value
+
+    parse.__name__ = f"int_range({low}, {high})"  # argparse names the type in some messages
+    parse.integer_option = True  # type: ignore[attr-defined]  # checked again after parsing (_Parser)
+    return parse
+
+
+positive_int = int_range(1)
+non_negative_int = int_range(0)
 
 
 def _add_corpus_args(p: argparse.ArgumentParser) -> None:
@@ -37,7 +86,9 @@ def _add_corpus_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bertzoo", description="The BERT family in one codebase.")
+    from bertzoo.data.tokenizer import MAX_VOCAB_SIZE
+
+    parser = _Parser(prog="bertzoo", description="The BERT family in one codebase.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks for expected errors")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -51,8 +102,15 @@ def build_parser() -> argparse.ArgumentParser:
         default="wordpiece",
         help="wordpiece (BERT), bpe (byte-level, RoBERTa; always cased), unigram (SentencePiece-style, ALBERT)",
     )
-    tt.add_argument("--vocab-size", type=int, default=None, help="default: 50000 for bpe, 30000 otherwise")
-    tt.add_argument("--min-frequency", type=int, default=2)
+    tt.add_argument(
+        "--vocab-size",
+        type=int_range(1, MAX_VOCAB_SIZE),
+        default=None,
+        help="default: 50000 for bpe, 30000 otherwise",
+    )
+    tt.add_argument(
+        "--min-frequency", type=non_negative_int, default=2, help="wordpiece, bpe: ignore pairs seen fewer times"
+    )
     tt.add_argument("--cased", action="store_true", help="keep case (default: lower-case)")
     tt.add_argument(
         "--strip-accents",
@@ -60,13 +118,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="auto strips accents when lower-casing, as BERT does",
     )
-    tt.add_argument("--limit-docs", type=int, default=None, help="train on the first N documents only")
+    tt.add_argument("--limit-docs", type=positive_int, default=None, help="train on the first N documents only")
 
     prep = sub.add_parser("prepare", help="tokenize a corpus once into memory-mapped shards")
     _add_corpus_args(prep)
     prep.add_argument("--tokenizer", "-t", required=True, help="tokenizer directory (or a model directory)")
     prep.add_argument("--out", "-o", required=True, help="output shard directory")
-    prep.add_argument("--shard-tokens", type=int, default=1 << 24, help="tokens per shard file")
+    prep.add_argument("--shard-tokens", type=positive_int, default=1 << 24, help="tokens per shard file")
     prep.add_argument("--overwrite", action="store_true", help="replace an existing shard directory")
 
     pre = sub.add_parser(
@@ -91,14 +149,14 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--split", choices=["dev", "test"], default=None, help="a split of the model's own data")
     where.add_argument("--data", default=None, help="a labelled file in the training data's format")
     ev.add_argument("--out", "-o", default=None, help="write the report (metrics + tables) as JSON here")
-    ev.add_argument("--batch-size", type=int, default=None, help="examples per inference batch")
+    ev.add_argument("--batch-size", type=positive_int, default=None, help="examples per inference batch")
     ev.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
 
     pr = sub.add_parser("predict", help="batch inference: JSONL in, JSONL out")
     pr.add_argument("model", help="fine-tuned model directory (OUTPUT_DIR/model of `bertzoo finetune`)")
     pr.add_argument("--input", "-i", required=True, help="JSONL file, one input object per line")
     pr.add_argument("--output", "-o", required=True, help="JSONL file to write, one prediction per line")
-    pr.add_argument("--batch-size", type=int, default=64, help="examples per inference batch")
+    pr.add_argument("--batch-size", type=positive_int, default=64, help="examples per inference batch")
     pr.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
 
     ex = sub.add_parser("export", help="export a model's encoder to ONNX, verified against PyTorch")
@@ -153,10 +211,10 @@ def cmd_tokenizer_train(args: argparse.Namespace) -> int:
 
     stats = ReadStats()
     docs = read_documents(args.input, fmt=args.format, text_field=args.text_field, doc_per=args.doc_per, stats=stats)
-    if args.limit_docs:
+    if args.limit_docs is not None:
         docs = itertools.islice(docs, args.limit_docs)
     model = getattr(args, "model", "wordpiece")
-    vocab_size = args.vocab_size or (50000 if model == "bpe" else 30000)
+    vocab_size = args.vocab_size if args.vocab_size is not None else (50000 if model == "bpe" else 30000)
     if model == "bpe":
         tok = train_bpe(docs, vocab_size, min_frequency=args.min_frequency)
     elif model == "unigram":
@@ -264,7 +322,7 @@ def _print_report(metrics: dict[str, float], report: dict[str, Any]) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from bertzoo.train.checkpoint import write_atomic
+    from bertzoo.io import write_atomic
     from bertzoo.train.finetune import evaluate_model
 
     result, cfg = evaluate_model(
@@ -360,7 +418,11 @@ def cmd_export(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     rest, overrides = split_overrides(list(sys.argv[1:] if argv is None else argv))
-    args, extra = parser.parse_known_args(rest)
+    try:
+        args, extra = parser.parse_known_args(rest)
+    except UsageError as exc:  # no traceback to show even with --debug: the command line is the problem
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     extra = overrides + extra
     args.argv = argv
     try:

@@ -56,14 +56,15 @@ class ModelConfig:
     tie_word_embeddings: bool = True
 
     def __post_init__(self) -> None:
+        # Sizes first: a zero num_heads would otherwise fail the divisibility check with a ZeroDivisionError.
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"model.{name} must be positive, got {getattr(self, name)}")
         if self.hidden_size % self.num_heads:
             raise ConfigError(
                 f"model.hidden_size={self.hidden_size} is not divisible by model.num_heads={self.num_heads}; "
                 "choose sizes where hidden_size % num_heads == 0"
             )
-        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"model.{name} must be positive, got {getattr(self, name)}")
         for name in ("dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
@@ -107,6 +108,12 @@ class MaskingConfig:
             raise ConfigError(
                 "data.masking.replace_mask + data.masking.replace_random must be within [0, 1], got "
                 f"{self.replace_mask} + {self.replace_random}"
+            )
+        if self.max_predictions is not None and self.max_predictions < 1:
+            raise ConfigError(f"data.masking.max_predictions must be >= 1 or null (no cap), got {self.max_predictions}")
+        if self.span_p <= 0 or self.span_p > 1 or self.max_span < 1:
+            raise ConfigError(
+                f"data.masking.span_p must be in (0, 1] and max_span >= 1, got {self.span_p} and {self.max_span}"
             )
 
 
@@ -170,6 +177,11 @@ class TrainConfig:
     greater_is_better: bool | None = None  # None: inferred (loss -> lower is better, else higher)
     early_stopping_patience: int = 0  # evaluations without improvement before stopping; 0 = off
 
+    def __post_init__(self) -> None:
+        # The rest is checked against the device by the trainer; a seed is wrong on any machine.
+        if not 0 <= self.seed < 2**63:
+            raise ConfigError(f"train.seed must be in [0, 2**63), got {self.seed}")
+
 
 @dataclass
 class PretrainConfig:
@@ -207,6 +219,9 @@ class TaskDataConfig:
     n_best: int = 20  # QA: candidate starts/ends considered
     label_scheme: Literal["BIO", "IOBES"] = "BIO"  # token classification
     num_workers: int = 0
+    # Train on a fixed random subset of this many examples (learning curves, quick comparisons); the
+    # subset depends on the data only, not on train.seed, so runs with different seeds see the same one.
+    max_train_examples: int | None = None
 
 
 @dataclass

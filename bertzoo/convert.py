@@ -1,101 +1,202 @@
-"""Hugging Face <-> bertzoo checkpoints.
+"""Hugging Face <-> bertzoo, by family: the dispatch from a config to its variant's Hugging Face
+names, and the exporters that write Hugging Face directories.
 
-Each variant module (`bertzoo/variants/*.py`) holds its own key-name map and config translation
-(`HF_MODEL_TYPE`, `config_from_hf`, `config_to_hf`, `state_from_hf`, `state_to_hf`); this module
-dispatches to the right one and holds the shared helpers: layer-indexed key maps and the split
-and concatenation of our fused query/key/value projection.
+The names themselves are data in each variant (`HF`, a `bertzoo.hf_keys.HFFamily`) and the code
+that applies them is `bertzoo.hf_keys`; this module only picks the family (by `model_type` on the
+way in, by `ModelConfig.variant` on the way out). Reading directories is `bertzoo.loading`.
+
+Layer 5 (docs/architecture.md): above the variants, below the loader.
 """
 
 from __future__ import annotations
 
-import re
-from types import ModuleType
+from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
+from bertzoo import hf_keys, io
 from bertzoo.config import ModelConfig
 from bertzoo.errors import CheckpointError
+from bertzoo.hf_keys import is_hf_config
+from bertzoo.model import Encoder
+from bertzoo.nn.adapter import has_adapters
+from bertzoo.variants import hf_family, hf_variant
 
-
-def is_hf_config(raw: dict[str, Any]) -> bool:
-    """A Hugging Face config.json has `model_type`; ours has `bertzoo_version`."""
-    return "model_type" in raw and "bertzoo_version" not in raw
-
-
-def expand(pairs: list[tuple[str, str]], num_layers: int) -> list[tuple[str, str]]:
-    """Instantiate `{i}` layer placeholders in (hf_key, our_key) pairs."""
-    out = []
-    for hf, ours in pairs:
-        if "{i}" in hf:
-            out.extend((hf.format(i=i), ours.format(i=i)) for i in range(num_layers))
-        else:
-            out.append((hf, ours))
-    return out
-
-
-def fuse_qkv(src: dict[str, torch.Tensor], names: list[str]) -> torch.Tensor | None:
-    """Concatenate separate query/key/value tensors (in that order) into our fused projection."""
-    if all(n in src for n in names):
-        return torch.cat([src[n] for n in names], dim=0)
-    return None
-
-
-def split_qkv(fused: torch.Tensor, hidden: int) -> list[torch.Tensor]:
-    """Our fused (3*hidden, ...) projection back into query, key, value."""
-    return [fused[j * hidden : (j + 1) * hidden].clone() for j in range(3)]
-
-
-def normalise_hf_keys(state: dict[str, torch.Tensor], prefix: str = "bert.") -> dict[str, torch.Tensor]:
-    """Strip the base-model prefix and map TF-era names (LayerNorm gamma/beta) to today's."""
-    out = {}
-    for key, value in state.items():
-        if key.startswith(prefix):
-            key = key[len(prefix) :]
-        key = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", key)
-        key = re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", key)
-        out[key] = value
-    return out
-
-
-_normalise_hf_keys = normalise_hf_keys  # older name, kept for callers
-
-
-def _variant_for_hf(model_type: str | None) -> ModuleType:
-    from bertzoo.variants import VARIANTS
-
-    for module in VARIANTS.values():
-        if getattr(module, "HF_MODEL_TYPE", None) == model_type:
-            return module
-    known = sorted(m.HF_MODEL_TYPE for m in VARIANTS.values() if getattr(m, "HF_MODEL_TYPE", None))
-    raise CheckpointError(f"Hugging Face model_type {model_type!r} is not supported; supported: {', '.join(known)}")
-
-
-def _variant(config: ModelConfig) -> ModuleType:
-    from bertzoo.variants import get_variant
-
-    module = get_variant(config.variant)
-    if not hasattr(module, "state_to_hf"):
-        raise CheckpointError(f"variant {config.variant!r} has no Hugging Face counterpart to convert to or from")
-    return module
+__all__ = [
+    "HF_TASK_HEADS",
+    "config_from_hf",
+    "config_to_hf",
+    "export_finetuned_hf",
+    "export_hf",
+    "find_head",
+    "is_hf_config",
+    "state_from_hf",
+    "state_to_hf",
+]
 
 
 def config_from_hf(raw: dict[str, Any]) -> ModelConfig:
-    """ModelConfig from a Hugging Face config dict (dispatches on `model_type`)."""
-    return _variant_for_hf(raw.get("model_type")).config_from_hf(raw)
+    """ModelConfig from a Hugging Face config dict (its `model_type` picks the family); any missing or
+    ill-typed field is a CheckpointError naming it."""
+    return hf_keys.config_from_hf(raw, hf_family(raw.get("model_type")))
 
 
 def config_to_hf(config: ModelConfig, architectures: list[str] | None = None) -> dict[str, Any]:
     """A Hugging Face config dict for an exported bertzoo model."""
-    return _variant(config).config_to_hf(config, architectures)
+    return hf_variant(config.variant).config_to_hf(config, architectures)
 
 
 def state_from_hf(state: dict[str, torch.Tensor], config: ModelConfig) -> tuple[dict[str, torch.Tensor], list[str]]:
     """HF tensors -> bertzoo keys (`encoder.` prefix for the backbone, heads by objective).
     Returns (state, HF keys that were not used)."""
-    return _variant(config).state_from_hf(state, config)
+    return hf_keys.state_from_hf(state, config, hf_variant(config.variant).HF)
 
 
 def state_to_hf(state: dict[str, torch.Tensor], config: ModelConfig, *, prefix: str = "") -> dict[str, torch.Tensor]:
     """bertzoo keys -> HF keys; `prefix` is the base-model prefix ("bert." for heads models, "" for the base)."""
-    return _variant(config).state_to_hf(state, config, prefix=prefix)
+    return hf_keys.state_to_hf(state, config, hf_variant(config.variant).HF, prefix=prefix)
+
+
+def _write(directory: str | Path, hf_state: dict[str, torch.Tensor], hf_config: dict[str, Any]) -> Path:
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    io.write_safetensors(hf_state, directory / io.WEIGHTS)
+    io.write_json(directory / io.CONFIG, hf_config)
+    return directory
+
+
+def export_hf(module: nn.Module, directory: str | Path) -> Path:
+    """Write a Hugging Face directory: BertForPreTraining (or BertForMaskedLM when there is no NSP
+    head) for a MaskedLM, BertModel for an Encoder, a fine-tuned task model (one with `head_config`)
+    as the matching `BertFor...` head class (see `export_finetuned_hf`), each under the names of
+    the model's family (RobertaModel, AlbertForPreTraining, ...)."""
+    from bertzoo.variants import get_variant
+
+    if hasattr(module, "head_config") and hasattr(module, "encoder"):
+        return export_finetuned_hf(module, directory)
+    config = getattr(module, "config", None)
+    if not isinstance(config, ModelConfig):
+        raise CheckpointError(f"{type(module).__name__} is not a bertzoo model; nothing to export")
+    own = getattr(get_variant(config.variant), "export_hf", None)
+    if own is not None:  # a family's own modules (ELECTRA's discriminator and joint objective)
+        written = own(module, directory)
+        if written is not None:
+            return Path(written)
+    if has_adapters(module):
+        raise CheckpointError(
+            "the model has adapters, which the Hugging Face BERT architecture has no place for; "
+            "save it with save_pretrained (bertzoo format) instead"
+        )
+    if isinstance(module, Encoder):
+        state, prefix, arch = {f"encoder.{k}": v for k, v in module.state_dict().items()}, "", "BertModel"
+    else:
+        state, prefix = module.state_dict(), "bert."
+        arch = "BertForPreTraining" if getattr(module, "nsp_head", None) is not None else "BertForMaskedLM"
+    hf_config = config_to_hf(config, [arch])
+    hf_config["tie_word_embeddings"] = bool(config.tie_word_embeddings)
+    if not config.pooler:
+        hf_config["add_pooling_layer"] = False
+    return _write(directory, state_to_hf(state, config, prefix=prefix), hf_config)
+
+
+# task name -> (Hugging Face class, head module class name, our head attribute -> HF key prefix, reads pooler)
+_CLASSIFIER = {"classifier": "classifier"}
+HF_TASK_HEADS: dict[str, tuple[str, str, dict[str, str], bool]] = {
+    "classification": ("BertForSequenceClassification", "ClassificationHead", _CLASSIFIER, True),
+    "token_classification": ("BertForTokenClassification", "TokenClassificationHead", _CLASSIFIER, False),
+    "qa": ("BertForQuestionAnswering", "SpanHead", {"qa": "qa_outputs"}, False),
+    "multiple_choice": ("BertForMultipleChoice", "ClassificationHead", _CLASSIFIER, True),
+}
+HF_PROBLEM = {
+    "single_label": "single_label_classification",
+    "multi_label": "multi_label_classification",
+    "regression": "regression",
+}
+
+
+def find_head(model: nn.Module, class_name: str) -> tuple[str, nn.Module]:
+    """(name, module) of the one head of class `class_name` outside the encoder."""
+    found = [
+        (name, m)
+        for name, m in model.named_modules()
+        if type(m).__name__ == class_name and not name.startswith("encoder.") and name != "encoder"
+    ]
+    if len(found) != 1:
+        raise CheckpointError(
+            f"expected one {class_name} in the task model, found {len(found)}; only the standard task heads export"
+        )
+    return found[0]
+
+
+def _unexportable(model: nn.Module, head_class: str, reads_pooler: bool) -> str | None:
+    """What the task model has that the Hugging Face class would silently compute differently."""
+    if has_adapters(model):
+        return "adapters inside the encoder"
+    if getattr(model, "feature_layers", 0):
+        return f"a mix of the top {model.feature_layers} layers (feature-based head)"
+    if reads_pooler and getattr(model, "pooling", "cls") != "cls":
+        # The classifier reads the mean of the token vectors; Hugging Face's reads the pooled [CLS].
+        return (
+            f"technique.pooling={model.pooling} (the mean of the token vectors), where Hugging Face's classifier "
+            "reads the pooled [CLS] vector; re-train with technique.pooling=cls to export"
+        )
+    if reads_pooler and model.encoder.pooler is None:
+        return "a classifier on [CLS] without a pooler (Hugging Face's reads the pooler)"
+    if getattr(find_head(model, head_class)[1], "lstm", None) is not None:
+        return "a BiLSTM tagger head"
+    return None
+
+
+def export_finetuned_hf(model: nn.Module, directory: str | Path) -> Path:
+    """Write a fine-tuned task model as a Hugging Face `BertFor<Task>` directory (`bert.*` encoder keys
+    plus the head's `classifier.*` / `qa_outputs.*`), with `num_labels`, `id2label`, `label2id` and
+    `problem_type` in config.json, loadable by `transformers.AutoModelFor<Task>`.
+
+    Only heads Hugging Face has exactly export: a plain linear head on the pooled [CLS] vector
+    (sequence classification, multiple choice) or on every token (token classification, QA). Mean
+    pooling, feature mixes, BiLSTM taggers and adapters raise CheckpointError saying so.
+    """
+    head_cfg = dict(getattr(model, "head_config", {}) or {})
+    task = head_cfg.get("task", "")
+    if task not in HF_TASK_HEADS:
+        raise CheckpointError(f"task {task!r} has no Hugging Face export; exportable tasks: {', '.join(HF_TASK_HEADS)}")
+    arch, head_class, key_map, reads_pooler = HF_TASK_HEADS[task]
+    config = model.encoder.config
+    what = _unexportable(model, head_class, reads_pooler)
+    if what is not None:
+        raise CheckpointError(
+            f"cannot export to {arch}: the model has {what}, which the Hugging Face architecture cannot "
+            "represent; keep the bertzoo format (save_pretrained) for this model"
+        )
+    head_name, _ = find_head(model, head_class)
+    state = model.state_dict()
+    allowed = tuple(f"{head_name}.{ours}." for ours in key_map)
+    extra = [k for k in state if not k.startswith("encoder.") and not k.startswith(allowed)]
+    if extra:
+        raise CheckpointError(
+            f"cannot export to {arch}: parameters outside the encoder and the linear head ({', '.join(extra[:5])}); "
+            "keep the bertzoo format for this model"
+        )
+    enc_state = {k: v for k, v in state.items() if k.startswith("encoder.")}
+    if not reads_pooler:  # these Hugging Face classes build BertModel without a pooler
+        enc_state = {k: v for k, v in enc_state.items() if not k.startswith("encoder.pooler.")}
+    hf_config = config_to_hf(config, [arch])
+    hf_state = state_to_hf(enc_state, config, prefix="bert.")
+    for ours, hf in key_map.items():
+        for part in ("weight", "bias"):
+            hf_state[f"{hf}.{part}"] = state[f"{head_name}.{ours}.{part}"].contiguous()
+    if task in ("classification", "token_classification"):
+        num_labels = int(state[f"{head_name}.classifier.weight"].shape[0])
+        labels = [str(x) for x in head_cfg.get("labels") or []]
+        if len(labels) != num_labels:
+            labels = [f"LABEL_{i}" for i in range(num_labels)]
+        hf_config["num_labels"] = num_labels
+        hf_config["id2label"] = {str(i): name for i, name in enumerate(labels)}
+        hf_config["label2id"] = {name: i for i, name in enumerate(labels)}
+        if task == "classification":
+            problem = head_cfg.get("problem") or ("regression" if num_labels == 1 else "single_label")
+            hf_config["problem_type"] = HF_PROBLEM.get(problem, "single_label_classification")
+    hf_config["classifier_dropout"] = None
+    return _write(directory, hf_state, hf_config)

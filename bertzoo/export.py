@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -13,6 +11,7 @@ import torch
 from torch import nn
 
 from bertzoo.errors import BertzooError
+from bertzoo.io import replace_atomically
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -58,25 +57,18 @@ def export_onnx(encoder: nn.Module, path: str | Path, *, verify: bool = True, at
         name: {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq", max=encoder.config.max_position)}
         for name in INPUTS
     }
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        with warnings.catch_warnings(), torch.no_grad():
-            warnings.simplefilter("ignore")
-            program = torch.onnx.export(
-                wrapped,
-                tuple(example[n] for n in INPUTS),
-                input_names=list(INPUTS),
-                output_names=["last_hidden_state", "pooler_output"],
-                dynamic_shapes=dims,
-                dynamo=True,
-                verbose=False,
-            )
-            program.save(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(
+            wrapped,
+            tuple(example[n] for n in INPUTS),
+            input_names=list(INPUTS),
+            output_names=["last_hidden_state", "pooler_output"],
+            dynamic_shapes=dims,
+            dynamo=True,
+            verbose=False,
+        )
+        replace_atomically(program.save, path)  # an interrupted export never leaves a partial .onnx
     result: dict[str, Any] = {"path": str(path), "bytes": path.stat().st_size, "verified": False}
     if verify:
         result.update(verify_onnx(wrapped, path, vocab, atol=atol))

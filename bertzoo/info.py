@@ -55,7 +55,7 @@ def describe(path: str | Path) -> dict[str, Any]:
                 info[key] = meta[key]
         return info
     if (p / "checkpoints").is_dir() or (p / "final").is_dir():
-        from bertzoo.train.checkpoint import find_latest_checkpoint
+        from bertzoo.train.manifest import find_latest_checkpoint
 
         info["kind"] = "training run"
         ckpts = sorted(c.name for c in (p / "checkpoints").glob("step-*")) if (p / "checkpoints").is_dir() else []
@@ -69,7 +69,7 @@ def describe(path: str | Path) -> dict[str, Any]:
             info.update({f"model.{k}": v for k, v in describe(target).items() if k not in ("path", "kind")})
         return info
     if (p / "config.json").is_file():
-        from bertzoo.hub import read_config
+        from bertzoo.loading import read_config
 
         raw, config, is_hf = read_config(p)
         info["kind"] = "Hugging Face model" if is_hf else "bertzoo model"
@@ -93,8 +93,10 @@ def describe(path: str | Path) -> dict[str, Any]:
             for key in ("step", "epoch", "tokens_seen", "elapsed_seconds"):
                 if key in state:
                     info[f"train.{key}"] = state[key]
-            for key, value in (state.get("last_metrics") or {}).items():
-                info[f"train.{key}"] = value
+            # The trainer records the latest logged and evaluated means under "metrics" (Trainer.trainer_state).
+            metrics = state.get("metrics")
+            for key, value in (metrics if isinstance(metrics, dict) else {}).items():
+                info.setdefault(f"train.{key}", value)
         for name in ("vocab.txt", "tokenizer.json"):
             if (p / name).is_file():
                 info["tokenizer"] = name

@@ -34,7 +34,9 @@ class Pooler(nn.Module):
 
 
 class Encoder(nn.Module):
-    """A bidirectional Transformer encoder (BERT, RoBERTa, ALBERT, ELECTRA discriminator, ...)."""
+    """A bidirectional Transformer encoder (BERT, RoBERTa, ALBERT, ELECTRA discriminator, ...).
+
+    `from_pretrained` / `save_pretrained` come from bertzoo.loading (imported with the package)."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -131,18 +133,9 @@ class Encoder(nn.Module):
                 params.pop(id(p), None)
         return sum(p.numel() for p in params.values())
 
-    @classmethod
-    def from_pretrained(cls, path: str, **kwargs) -> Encoder:
-        """Load from a bertzoo directory, a Hugging Face directory, or a hub id (see bertzoo.hub)."""
-        from bertzoo.hub import load_encoder
-
-        return load_encoder(path, **kwargs)
-
-    def save_pretrained(self, directory: str) -> None:
-        """Write config.json + model.safetensors (keys without prefix)."""
-        from bertzoo.hub import save_module
-
-        save_module(self, self.config, directory)
+    # `Encoder.from_pretrained(path)` and `save_pretrained(directory)` (config.json + model.safetensors,
+    # keys without prefix) are attached by bertzoo.loading: files are a layer above the model, so
+    # the model does not import them (docs/architecture.md, "Layers").
 
 
 def init_weights(module: nn.Module, std: float) -> None:

@@ -17,7 +17,7 @@ from torch import nn
 from bertzoo.config import TechniqueConfig
 from bertzoo.errors import ConfigError
 from bertzoo.nn.adapter import Adapter, add_adapters
-from bertzoo.train.optim import _is_norm
+from bertzoo.param_groups import decay_split, is_norm
 
 __all__ = [
     "GradualUnfreezing",
@@ -63,9 +63,10 @@ def layerwise_lr_groups(
 
     With L layers, layer i gets `base_lr * decay**(L - 1 - i)`, the embeddings `base_lr * decay**L`,
     and the top layer, pooler and head `base_lr`. Each depth is split into a decayed group and a
-    no-decay group (biases, LayerNorm and other 1-D parameters), as `bertzoo.train.optim.param_groups`
-    does. Shared parameters appear once. `include_frozen` keeps parameters with requires_grad=False
-    (for gradual unfreezing, which turns them on later). Groups carry `lr`, `lr_scale` and `param_names`.
+    no-decay group (biases, LayerNorm and other 1-D parameters) by `bertzoo.param_groups.decay_split`,
+    the rule `bertzoo.train.optim.param_groups` uses too. Shared parameters appear once.
+    `include_frozen` keeps parameters with requires_grad=False (for gradual unfreezing, which turns
+    them on later). Groups carry `lr`, `lr_scale` and `param_names`.
     """
     if not 0.0 < decay <= 1.0:
         raise ConfigError(f"technique.layer_lr_decay must be in (0, 1], got {decay}")
@@ -74,19 +75,10 @@ def layerwise_lr_groups(
     encoder = _encoder(model)
     num_layers = encoder.config.num_layers
     depth = layer_depths(model)
-    norm_params: set[int] = set()
-    for module in model.modules():
-        if _is_norm(module):
-            norm_params.update(id(p) for p in module.parameters(recurse=False))
     # (exponent, decayed?) -> group; exponent = how many times `decay` applies.
     groups: dict[tuple[int, bool], dict[str, Any]] = {}
-    seen: set[int] = set()
-    for name, p in model.named_parameters(remove_duplicate=False):
-        if id(p) in seen or (not p.requires_grad and not include_frozen):
-            continue
-        seen.add(id(p))
+    for name, p, decayed in decay_split(model, include_frozen=include_frozen):
         exponent = max(0, num_layers - depth[id(p)])  # embeddings: L; layer i: L-1-i; above: 0
-        decayed = not (p.ndim <= 1 or name.endswith("bias") or id(p) in norm_params)
         key = (exponent, decayed)
         if key not in groups:
             scale = decay**exponent
@@ -121,7 +113,7 @@ def apply_adapters(model: nn.Module, bottleneck: int, *, train_layer_norms: bool
     added = add_adapters(encoder, bottleneck)
     _set_trainable(encoder.parameters(), False)
     for module in encoder.modules():
-        if isinstance(module, Adapter) or (train_layer_norms and _is_norm(module)):
+        if isinstance(module, Adapter) or (train_layer_norms and is_norm(module)):
             _set_trainable(module.parameters(), True)
     return added
 

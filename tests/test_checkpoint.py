@@ -14,17 +14,11 @@ from torch import nn
 
 from bertzoo.config import TrainConfig
 from bertzoo.errors import CheckpointError
-from bertzoo.train.checkpoint import (
-    NonFiniteModelError,
-    find_latest_checkpoint,
-    load_checkpoint,
-    safe_torch_load,
-    save_checkpoint,
-    verify_checkpoint,
-    write_atomic,
-    write_manifest,
-)
+from bertzoo.io import write_atomic
+from bertzoo.train.checkpoint import load_checkpoint, safe_torch_load, save_checkpoint
+from bertzoo.train.manifest import find_latest_checkpoint, verify_checkpoint, write_manifest
 from bertzoo.train.optim import build_optimizer, build_scheduler
+from bertzoo.train.weights import NonFiniteModelError
 
 
 class Net(nn.Module):

@@ -150,6 +150,30 @@ def test_cli_errors_are_one_line(run, capsys, tmp_path) -> None:
     assert len(lines) == 1 and "adapter_size" in lines[0]
 
 
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ('{"text": "a red fig", "text_pair": 5}', "'text_pair' is int; give the second text as a string"),
+        ('{"text": "a red fig", "text_pair": ["x"]}', "'text_pair' is list; give the second text as a string"),
+        ('{"text": "a red fig", "text_pair": null}', "'text_pair' is NoneType"),
+        ('{"text": 3.5}', "prediction input needs a 'text' string"),
+        ('{"text": {"t": "fig"}}', "prediction input needs a 'text' string"),
+        ("[" * 100_000 + "]" * 100_000, "is not valid JSON"),  # was: RecursionError
+    ],
+    ids=["pair-int", "pair-list", "pair-null", "text-float", "text-dict", "deep-nesting"],
+)
+def test_predict_rejects_bad_input_in_one_line(run, capsys, tmp_path, line, expected) -> None:
+    inp = tmp_path / "in.jsonl"
+    # The first line is a good pair: the task then reads every input as a pair, as a pair model does.
+    inp.write_text('{"text": "the apple", "text_pair": "a fig"}\n' + line + "\n", encoding="utf-8")
+    capsys.readouterr()
+    code = main(["predict", str(run["model"]), "-i", str(inp), "-o", str(tmp_path / "out.jsonl")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"error: {inp}:2") and expected in err[0], err  # names the file and line
+    assert not (tmp_path / "out.jsonl").exists()
+
+
 # ------------------------------------------------------------------------------ every task head
 
 

@@ -12,8 +12,12 @@ import torch
 
 from bertzoo.batch import IGNORE_INDEX, Batch
 from bertzoo.config import MaskingConfig, ModelConfig, load_pretrain_config
-from bertzoo.data import segment as sg
+from bertzoo.data.annotate import annotate_shards, prepare_segmented_shards
+from bertzoo.data.segmenters import make_segmenter, read_lexicon, segment_units
+from bertzoo.data.tagged_corpus import parse_tagged_line, tagged_documents
 from bertzoo.data.unit_collate import Schedule, UnitDataset, UnitMaskingCollator
+from bertzoo.data.unit_flags import ENTITY_START, IN_ENTITY, IN_PHRASE, PHRASE_START, WORD_START, vocab_tables
+from bertzoo.data.unit_sidecar import load_unit_flags
 from bertzoo.errors import ConfigError, DataError
 from bertzoo.variants import ernie
 
@@ -26,7 +30,7 @@ def spans(text, ranges):
 
 def test_parse_tagged_line_words_phrases_entities():
     line = "[中央/n  人民/n  广播/vn  电台/n]nt  江/nr  泽民/nr  发表/v  一/m  年/q  讲话/n  ，/w  １９９８年/t  新年/t"
-    text, ann = sg.parse_tagged_line(line)
+    text, ann = parse_tagged_line(line)
     assert text == "中央人民广播电台江泽民发表一年讲话，１９９８年新年"
     assert spans(text, ann.words) == [
         *["中央", "人民", "广播", "电台", "江", "泽民", "发表", "一", "年", "讲话", "，", "１９９８年", "新年"]
@@ -36,7 +40,7 @@ def test_parse_tagged_line_words_phrases_entities():
     # Nominal run, numeral + classifier, time words.
     assert spans(text, ann.phrases) == ["中央人民广播电台江泽民", "一年", "１９９８年新年"]
     # Latin words get the space `builtin:peoples-daily` puts between them.
-    text, ann = sg.parse_tagged_line("APEC/nx  会议/n  IBM/nx  PC/nx")
+    text, ann = parse_tagged_line("APEC/nx  会议/n  IBM/nx  PC/nx")
     assert text == "APEC会议IBM PC" and spans(text, ann.words) == ["APEC", "会议", "IBM", "PC"]
 
 
@@ -46,22 +50,22 @@ def test_lexicon_segmenter_forward_maximum_matching(tmp_path):
         "# entries\n北京 ns\n天安门广场 entity\n天安门\n广场 1000 n\n人民\n大会堂\n人民大会堂 phrase\n",
         encoding="utf-8",
     )
-    assert sg.read_lexicon(path)["广场"] == "n"  # jieba's `word freq tag` form
-    seg = sg.make_segmenter(str(path))
+    assert read_lexicon(path)["广场"] == "n"  # jieba's `word freq tag` form
+    seg = make_segmenter(str(path))
     text = "北京天安门广场和人民大会堂"
-    ann = sg._segment_units(seg, text)
+    ann = segment_units(seg, text)
     assert spans(text, ann.words) == ["北京", "天安门", "广场", "和", "人民", "大会堂"]
     assert spans(text, ann.entities) == ["北京", "天安门广场"]
     assert spans(text, ann.phrases) == ["人民大会堂"]
-    assert sg._segment_units(sg.make_segmenter("chars"), "天安门").words == [(0, 1), (1, 2), (2, 3)]
+    assert segment_units(make_segmenter("chars"), "天安门").words == [(0, 1), (1, 2), (2, 3)]
     with pytest.raises(DataError, match="not found"):
-        sg.make_segmenter(str(tmp_path / "missing.txt"))
+        make_segmenter(str(tmp_path / "missing.txt"))
 
 
 @pytest.mark.skipif(importlib.util.find_spec("jieba") is None, reason="jieba is not installed")
 def test_jieba_segmenter_finds_entities():
     text = "中共中央总书记江泽民在北京发表新年讲话"
-    ann = sg._segment_units(sg.make_segmenter("jieba"), text)
+    ann = segment_units(make_segmenter("jieba"), text)
     assert "".join(spans(text, ann.words)) == text
     assert {"江泽民", "北京"} <= set(spans(text, ann.entities))
 
@@ -82,7 +86,7 @@ def tiny_gold(tmp_path_factory):
     vocab = root / "vocab.txt"
     vocab.write_text("\n".join([*SPECIAL_TOKENS, *chars, "ab", "##cd"]) + "\n", encoding="utf-8")
     tok = Tokenizer.from_vocab(vocab)
-    flags = sg.prepare_segmented_shards(str(tagged), tok, root / "shards", progress=False)
+    flags = prepare_segmented_shards(str(tagged), tok, root / "shards", progress=False)
     return root / "shards", tok, flags
 
 
@@ -92,7 +96,7 @@ def test_gold_flags_survive_tokenization(tiny_gold):
     shards, tok, flags = tiny_gold
     corpus = ShardedCorpus(shards)
     assert flags.meta["segmenter"] == "gold" and flags.num_tokens == corpus.num_tokens
-    stored = sg.load_unit_flags(corpus)  # the sidecar reads back the same
+    stored = load_unit_flags(corpus)  # the sidecar reads back the same
     assert np.array_equal(stored.range(0, corpus.num_tokens), flags.range(0, corpus.num_tokens))
     vocab = tok.vocab_list()
 
@@ -106,19 +110,19 @@ def test_gold_flags_survive_tokenization(tiny_gold):
             out[-1] += vocab[i].removeprefix("##")
         return out, f
 
-    words, f = units(0, sg.WORD_START)
+    words, f = units(0, WORD_START)
     assert words == ["江", "泽民", "在", "北京", "发表", "新年", "讲话", "。"]
-    assert units(0, sg.ENTITY_START)[0] == ["江泽民", "在", "北京", "发表", "新年", "讲话", "。"]
-    assert units(0, sg.PHRASE_START)[0] == ["江泽民", "在", "北京", "发表", "新年", "讲话", "。"]
-    assert ((f & sg.IN_ENTITY) > 0).tolist() == [True] * 3 + [False] + [True] * 2 + [False] * 7
+    assert units(0, ENTITY_START)[0] == ["江泽民", "在", "北京", "发表", "新年", "讲话", "。"]
+    assert units(0, PHRASE_START)[0] == ["江泽民", "在", "北京", "发表", "新年", "讲话", "。"]
+    assert ((f & IN_ENTITY) > 0).tolist() == [True] * 3 + [False] + [True] * 2 + [False] * 7
     # A WordPiece-split Latin word ("ab ##cd") stays one gold word.
-    assert units(1, sg.WORD_START)[0] == ["abcd", "手机", "在", "上海", "上市", "。"]
+    assert units(1, WORD_START)[0] == ["abcd", "手机", "在", "上海", "上市", "。"]
 
 
 def test_gold_annotation_refuses_other_shards(tiny_gold, synthetic_shards):
     shards, _, _ = tiny_gold
     with pytest.raises(DataError, match="was not prepared from|gives"):
-        sg.annotate_shards(synthetic_shards, str(shards.parent / "tagged.txt"), write=False)
+        annotate_shards(synthetic_shards, str(shards.parent / "tagged.txt"), write=False)
 
 
 @pytest.fixture(scope="module")
@@ -135,9 +139,9 @@ def pd_gold(tmp_path_factory):
     lines = list(itertools.islice((x for x in path.read_text(encoding="utf-8").splitlines() if x.strip()), 300))
     tagged = root / "pd300.txt"
     tagged.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    docs = [text for text, _ in sg.tagged_documents(tagged)]
+    docs = [text for text, _ in tagged_documents(tagged)]
     tok = train_wordpiece(docs, 3000)
-    sg.prepare_segmented_shards(str(tagged), tok, root / "shards", progress=False)
+    prepare_segmented_shards(str(tagged), tok, root / "shards", progress=False)
     return root / "shards", tok, tagged
 
 
@@ -147,15 +151,15 @@ def test_entity_and_phrase_masks_cover_whole_units(pd_gold):
 
     shards, tok, tagged = pd_gold
     corpus = ShardedCorpus(shards)
-    flags = sg.load_unit_flags(corpus)
+    flags = load_unit_flags(corpus)
     assert flags is not None and flags.annotations == str(tagged)
     ds = UnitDataset(NspDataset(corpus, tok, 64, seed=0, nsp=False), flags)
     examples = [ds[i] for i in range(min(len(ds), 300))]
     vocab = tok.vocab_list()
-    gold_entities = {e for text, ann in sg.tagged_documents(tagged) for e in spans(text, ann.entities)}
+    gold_entities = {e for text, ann in tagged_documents(tagged) for e in spans(text, ann.entities)}
     for strategy, start_bit, in_bit in (
-        ("entity", sg.ENTITY_START, sg.IN_ENTITY),
-        ("phrase", sg.PHRASE_START, sg.IN_PHRASE),
+        ("entity", ENTITY_START, IN_ENTITY),
+        ("phrase", PHRASE_START, IN_PHRASE),
     ):
         col = UnitMaskingCollator(tok, MaskingConfig(), seed=3, strategy=strategy)
         batch = col(examples)
@@ -372,12 +376,12 @@ def test_gold_source_for_other_shards_falls_back_with_a_warning(tiny_gold, synth
     tagged = str(tiny_gold[0].parent / "tagged.txt")
     with pytest.warns(UserWarning, match="segmenting"):
         flags = ernie.unit_flags(ShardedCorpus(shards), tagged)
-    assert flags.meta["annotations"] == "auto" and sg.load_unit_flags(shards) is not None
+    assert flags.meta["annotations"] == "auto" and load_unit_flags(shards) is not None
     # English text: words are exactly the WordPiece words.
     corpus = ShardedCorpus(shards)
-    cont, _ = sg.vocab_tables(corpus.tokenizer())
+    cont, _ = vocab_tables(corpus.tokenizer())
     ids = np.asarray(corpus.tokens(0, 50), dtype=np.int64)
-    starts = (flags.range(0, len(ids)) & sg.WORD_START) > 0
+    starts = (flags.range(0, len(ids)) & WORD_START) > 0
     first = np.zeros(len(ids), dtype=bool)
     first[corpus.sentence_offsets[:50]] = True
     assert np.array_equal(starts, ~cont[ids] | first)

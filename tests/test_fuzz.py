@@ -7,11 +7,13 @@ well under 30 s on two cores.
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import random
 import shutil
 import string
+import sys
 import tempfile
 from pathlib import Path
 
@@ -99,7 +101,7 @@ def masking_inputs(draw):
         mask_prob=draw(st.floats(0.01, 0.99)),
         replace_mask=replace_mask,
         replace_random=draw(st.floats(0.0, 1.0 - replace_mask)),
-        max_predictions=draw(st.none() | st.integers(0, 8)),
+        max_predictions=draw(st.none() | st.integers(1, 8)),
     )
     return ids, special_mask, config, draw(st.integers(0, 2**31)), draw(st.integers(0, 5))
 
@@ -354,7 +356,8 @@ CHECKPOINT_FILES = ["manifest.json", "trainer_state.json", "optimizer.pt", "rng.
 def test_checkpoint_loader_raises_only_checkpoint_error(checkpoint_dir, tmp_path, name, data, consistent_manifest):
     from test_checkpoint import _setup
 
-    from bertzoo.train.checkpoint import load_checkpoint, write_manifest
+    from bertzoo.train.checkpoint import load_checkpoint
+    from bertzoo.train.manifest import write_manifest
 
     directory = fresh_dir(tmp_path) / "step-00000003"
     shutil.copytree(checkpoint_dir, directory)
@@ -374,8 +377,165 @@ def test_checkpoint_loader_raises_only_checkpoint_error(checkpoint_dir, tmp_path
 @settings(FUZZ, max_examples=60)
 @given(data=BYTES, name=st.sampled_from(["model.safetensors", "pytorch_model.bin"]))
 def test_weight_loader_raises_only_checkpoint_error(tmp_path, data, name):
-    from bertzoo.hub import load_weights
+    from bertzoo.io import read_weights
 
     directory = fresh_dir(tmp_path)
     (directory / name).write_bytes(data)
-    only_project_errors(lambda: load_weights(directory), CheckpointError)
+    only_project_errors(lambda: read_weights(directory), CheckpointError)
+
+
+# ------------------------------------------------------------------------------ command-line numbers
+
+# Every numeric option of every subcommand: (subcommand, the other arguments it needs, the option, the
+# smallest and the largest value it accepts). The largest vocabulary is 2**24: tokenizers reserves
+# memory for the requested size up front.
+NUMERIC_OPTIONS = [
+    ("tokenizer train", ["-i", "c.txt", "-o", "tok"], "--vocab-size", 1, 2**24),
+    ("tokenizer train", ["-i", "c.txt", "-o", "tok"], "--min-frequency", 0, sys.maxsize),
+    ("tokenizer train", ["-i", "c.txt", "-o", "tok"], "--limit-docs", 1, sys.maxsize),
+    ("prepare", ["-i", "c.txt", "-t", "tok", "-o", "out"], "--shard-tokens", 1, sys.maxsize),
+    ("evaluate", ["model"], "--batch-size", 1, sys.maxsize),
+    ("predict", ["model", "-i", "in.jsonl", "-o", "out.jsonl"], "--batch-size", 1, sys.maxsize),
+]
+
+
+def _typed_options(parser: argparse.ArgumentParser, command: tuple[str, ...] = ()) -> set[tuple[str, str]]:
+    """(subcommand, option) for every option of `parser` and its subparsers that converts its value."""
+    found = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found |= _typed_options(sub, (*command, name))
+        elif action.type is not None:
+            found.add((" ".join(command), action.option_strings[-1]))
+    return found
+
+
+def test_the_fuzzed_options_are_all_numeric_options():
+    """A new option with a `type` must join NUMERIC_OPTIONS (so the test below covers it), or this fails."""
+    from bertzoo.cli import build_parser
+
+    assert _typed_options(build_parser()) == {(command, option) for command, _, option, _, _ in NUMERIC_OPTIONS}
+
+
+def _accepted(text: str, low: int, high: int) -> bool:
+    """Whether `text` is an integer in [low, high] as Python's int() reads it ("1_0", " 7" and "１２" are)."""
+    try:
+        return low <= int(text) <= high
+    except ValueError:
+        return False
+
+
+@settings(FUZZ, max_examples=120)
+@given(case=st.sampled_from(NUMERIC_OPTIONS), data=st.data(), separate=st.booleans())
+def test_cli_numeric_options_reject_nonsense_in_one_line(capsys, case, data, separate):
+    """Negative, zero (where counts start at 1), too large, fractional and non-numeric values of every
+    numeric option: exit code 2 and exactly one stderr line naming the option, never a traceback."""
+    from bertzoo.cli import main
+
+    command, others, option, low, high = case
+    value = data.draw(
+        st.one_of(
+            st.integers(max_value=low - 1).map(str),
+            st.integers(min_value=high + 1, max_value=10**40).map(str),
+            st.just("9" * 5000),  # beyond int()'s 4300-digit limit
+            st.floats().map(repr),  # '1.5', 'nan', 'inf', '-0.0', '1e+300'
+            st.sampled_from(["", " ", "1e3", "0x10", "ten", "3.", "+-1", "1,000", "--", "-h"]),
+            st.text(max_size=12),
+        ).filter(lambda text: not _accepted(text, low, high)),
+        label="value",
+    )
+    # `--option=VALUE`, or `--option VALUE` where argparse may also refuse a VALUE that looks like an option.
+    args = [*command.split(), *others, *([option, value] if separate else [f"{option}={value}"])]
+    capsys.readouterr()
+    code = main(args)
+    captured = capsys.readouterr()
+    err = captured.err.splitlines()
+    assert code == 2, (args, captured)
+    assert len(err) == 1 and "Traceback" not in captured.err, err
+    assert err[0].startswith(f"error: bertzoo {command}: argument {option}"), err
+
+
+# --------------------------------------------------------------------------- Hugging Face config.json
+
+# A small valid config of every Hugging Face model_type bertzoo imports.
+_BASE_HF = {
+    "vocab_size": 99,
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 37,
+    "max_position_embeddings": 64,
+    "type_vocab_size": 2,
+    "hidden_act": "gelu",
+    "hidden_dropout_prob": 0.1,
+    "attention_probs_dropout_prob": 0.1,
+    "layer_norm_eps": 1e-12,
+    "initializer_range": 0.02,
+    "pad_token_id": 0,
+    "architectures": ["BertModel"],
+}
+VALID_HF_CONFIGS = {
+    "bert": {**_BASE_HF, "model_type": "bert"},
+    "roberta": {**_BASE_HF, "model_type": "roberta", "pad_token_id": 1, "max_position_embeddings": 66},
+    "albert": {**_BASE_HF, "model_type": "albert", "embedding_size": 16, "num_hidden_groups": 1, "inner_group_num": 1},
+    "electra": {**_BASE_HF, "model_type": "electra", "embedding_size": 16},
+    "ernie": {**_BASE_HF, "model_type": "ernie", "use_task_id": True, "task_type_vocab_size": 3},
+}
+# Values a damaged or hand-edited config.json may hold where a size, rate or name belongs.
+NONSENSE = st.one_of(
+    st.sampled_from([0, -1, -768, 1.5, 1e300, float("nan"), float("inf"), True, "768", "", [768], {"a": 1}]),
+    JSON_VALUES,
+)
+
+
+def test_valid_hf_configs_read(tmp_path):
+    """The fuzz below starts from configs that load: each of them reads without error."""
+    from bertzoo.convert import config_from_hf
+
+    for model_type, raw in VALID_HF_CONFIGS.items():
+        config = config_from_hf(dict(raw))
+        assert (config.vocab_size, config.num_layers, config.hidden_size) == (99, 2, 32), model_type
+
+
+@settings(FUZZ, max_examples=150)
+@given(
+    model_type=st.sampled_from(sorted(VALID_HF_CONFIGS)),
+    edits=st.lists(
+        st.tuples(
+            st.sampled_from(
+                [
+                    *_BASE_HF,
+                    "model_type",
+                    "embedding_size",
+                    "num_hidden_groups",
+                    "inner_group_num",
+                    "use_task_id",
+                    "task_type_vocab_size",
+                    "position_embedding_type",
+                    "id2label",
+                    "problem_type",
+                    "tie_word_embeddings",
+                ]
+            ),
+            st.one_of(st.just("drop"), NONSENSE),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+)
+def test_hf_config_reader_raises_only_project_errors(tmp_path, model_type, edits):
+    """A Hugging Face config.json with a key dropped, a wrong type or a nonsense number gives a
+    BertzooError in one line (what `bertzoo info/convert/export/finetune` print), never a KeyError,
+    TypeError or ZeroDivisionError from deep inside."""
+    from bertzoo.loading import read_config
+
+    raw = dict(VALID_HF_CONFIGS[model_type])
+    for key, value in edits:
+        if value == "drop":
+            raw.pop(key, None)
+        else:
+            raw[key] = value
+    directory = fresh_dir(tmp_path)
+    (directory / "config.json").write_text(json.dumps(raw), encoding="utf-8")
+    only_project_errors(lambda: read_config(directory))

@@ -31,15 +31,10 @@ from bertzoo.data.examples import NspDataset
 from bertzoo.data.shards import ShardedCorpus, prepare_shards
 from bertzoo.data.tokenizer import Tokenizer
 from bertzoo.errors import BertzooError, CheckpointError, ConfigError, DataError, DiskFullError
-from bertzoo.train.checkpoint import (
-    TEST_PAUSE_ENV,
-    NonFiniteModelError,
-    find_latest_checkpoint,
-    list_checkpoints,
-    load_checkpoint,
-    verify_checkpoint,
-    write_manifest,
-)
+from bertzoo.io import TEST_PAUSE_ENV
+from bertzoo.train.checkpoint import load_checkpoint
+from bertzoo.train.manifest import find_latest_checkpoint, list_checkpoints, verify_checkpoint, write_manifest
+from bertzoo.train.weights import NonFiniteModelError
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_STEPS = 12
@@ -323,11 +318,20 @@ def test_a_nan_model_never_replaces_a_good_checkpoint(tmp_path):
         ({"train.batch_size": "big"}, r"train\.batch_size must be an integer, got 'big'"),
         ({"data.masking.mask_prob": 1.5}, r"data\.masking\.mask_prob must be in \(0, 1\), got 1\.5"),
         ({"data.nsp": "maybe"}, r"data\.nsp must be true or false"),
+        ({"train.seed": -1}, r"train\.seed must be in \[0, 2\*\*63\), got -1"),  # was numpy's traceback
+        ({"data.masking.max_predictions": -1}, r"max_predictions must be >= 1 or null"),  # was accepted
     ],
 )
 def test_config_errors_name_the_key_path_and_allowed_values(overrides, message):
     with pytest.raises(ConfigError, match=message):
         load_pretrain_config(None, overrides)
+
+
+def test_zero_heads_is_a_config_error_not_a_division_by_zero():
+    from bertzoo.config import ModelConfig
+
+    with pytest.raises(ConfigError, match=r"model\.num_heads must be positive, got 0"):
+        ModelConfig(num_heads=0)
 
 
 def test_bad_yaml_and_json_files_are_config_errors(tmp_path):
@@ -390,7 +394,9 @@ def test_jsonl_lone_surrogates_big_ints_and_deep_nesting(tmp_path, synthetic_tok
     docs = list(read_documents([good], stats=stats))
     assert docs == ["pair \U0001f600 ok", "lone \ufffd surrogate"]  # encodable: the tokenizer accepts them
     assert stats.bad_utf8_lines == 1 and stats.first_bad_utf8 == f"{good}:2"
-    assert synthetic_tokenizer.encode_batch(docs)
+    # ... and the tokenizer takes them: the emoji is [UNK], and BERT's normaliser drops U+FFFD.
+    encoded = synthetic_tokenizer.encode_batch(docs)
+    assert synthetic_tokenizer.unk_id in encoded[0] and synthetic_tokenizer.decode(encoded[1]) == "lone surrogate"
     for name, line, reason in [
         ("big.jsonl", '{"text": "x", "n": ' + "1" * 5000 + "}", "ValueError"),
         ("deep.jsonl", "[" * 50_000 + "]" * 50_000, "RecursionError"),
@@ -589,7 +595,8 @@ class Evil:
 
 
 def test_hub_refuses_a_malicious_pytorch_model_bin(tmp_path):
-    from bertzoo.hub import load_pretraining, load_weights
+    from bertzoo.io import read_weights
+    from bertzoo.loading import load_pretraining
     from bertzoo.variants import get_variant
 
     variant = get_variant("bert")
@@ -606,10 +613,10 @@ def test_hub_refuses_a_malicious_pytorch_model_bin(tmp_path):
     # Plain containers pass weights_only but are still not a state dict.
     torch.save({"weights": [1, 2, 3]}, tmp_path / "pytorch_model.bin")
     with pytest.raises(CheckpointError, match="does not hold a state dict"):
-        load_weights(tmp_path)
+        read_weights(tmp_path)
     # A clean pytorch_model.bin still loads, through weights_only=True.
     torch.save(state, tmp_path / "pytorch_model.bin")
-    assert load_weights(tmp_path).keys() == state.keys()
+    assert read_weights(tmp_path).keys() == state.keys()
 
 
 def test_checkpoint_files_never_run_code(small_run, tmp_path):

@@ -6,6 +6,7 @@ import csv
 import json
 import os
 import signal
+import warnings
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from bertzoo.config import TrainConfig
 from bertzoo.errors import BertzooError, ConfigError
 from bertzoo.objectives.base import ObjectiveOutput
 from bertzoo.train import MetricsWriter, ResumableBatchSampler, RunningAverage, Trainer
-from bertzoo.train.checkpoint import list_checkpoints
+from bertzoo.train.manifest import list_checkpoints
 
 VOCAB, SEQ = 24, 8
 
@@ -373,19 +374,60 @@ def test_max_minutes_stops_with_a_checkpoint_and_a_final_model(tmp_path: Path) -
     assert summary["final_dir"] == str(tmp_path / "final") and (tmp_path / "final" / "config.json").is_file()
 
 
+class FakeCompiled(nn.Module):
+    """What the patched torch.compile returns: calls the real module unless `failure` is set, which the
+    first call raises (as compilation at the first forward would)."""
+
+    def __init__(self, inner: nn.Module, failure: Exception | None = None) -> None:
+        super().__init__()
+        self._orig_mod = inner
+        self.failure = failure
+
+    def forward(self, batch: Batch) -> ObjectiveOutput:
+        if self.failure is not None:
+            failure, self.failure = self.failure, None
+            raise failure
+        return self._orig_mod(batch)
+
+
 def test_compile_failure_falls_back_to_eager(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    class Broken(nn.Module):
-        def __init__(self, inner: nn.Module) -> None:
-            super().__init__()
-            self._orig_mod = inner
+    from torch._dynamo.exc import BackendCompilerFailed
 
-        def forward(self, batch: Batch) -> ObjectiveOutput:
-            raise RuntimeError("backend compiler failed")
-
-    monkeypatch.setattr(torch, "compile", lambda model, **kw: Broken(model))
+    failure = BackendCompilerFailed(lambda gm, example_inputs: gm, RuntimeError("no C++ compiler"), None)
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: FakeCompiled(model, failure))
     with pytest.warns(UserWarning, match="torch.compile failed at the first step"):
         summary = make_trainer(make_cfg(tmp_path, compile=True, max_steps=3, save_every=0)).train()
     assert summary["completed"] and summary["final_metrics"]["loss"] == summary["final_metrics"]["loss"]
+
+
+class BadBatch(ToyObjective):
+    def forward(self, batch: Batch) -> ObjectiveOutput:
+        raise ValueError("bad batch: token id 99 is outside the vocabulary")
+
+
+def train_bad_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: Exception | None) -> list[str]:
+    """Train BadBatch under a patched torch.compile; the warnings raised on the way."""
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: FakeCompiled(model, failure))
+    cfg = make_cfg(tmp_path, compile=True, max_steps=3)
+    trainer = Trainer(BadBatch(), ToyDataset(48), collate, cfg, progress=False)
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(ValueError, match="bad batch: token id 99"):
+        warnings.simplefilter("always")
+        trainer.train()
+    return [str(w.message) for w in caught]
+
+
+def test_a_model_error_at_the_first_compiled_step_is_raised_as_itself(tmp_path, monkeypatch) -> None:
+    """An error of the model or the data is not a compile failure: raised, no fallback, no compile warning."""
+    warned = train_bad_batch(tmp_path, monkeypatch, failure=None)
+    assert not [w for w in warned if "torch.compile" in w]
+
+
+def test_a_compile_error_that_eager_repeats_is_raised_as_the_eager_error(tmp_path, monkeypatch) -> None:
+    """Dynamo wraps real errors it meets while tracing; eager failing too proves the model is at fault."""
+    from torch._dynamo.exc import TorchRuntimeError
+
+    warned = train_bad_batch(tmp_path, monkeypatch, failure=TorchRuntimeError("Dynamo failed to run FX node"))
+    assert not [w for w in warned if "torch.compile" in w]
 
 
 # ------------------------------------------------------------------------ exact loss normalisation

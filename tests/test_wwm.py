@@ -187,6 +187,22 @@ def test_token_strategy_matches_the_bert_collator(synthetic_tokenizer, synthetic
     assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.labels, b.labels)
 
 
+@pytest.mark.parametrize("strategy", ["whole_word", "span"])
+def test_static_copies_fix_unit_masks_too(synthetic_tokenizer, synthetic_docs, strategy):
+    """data.masking.static_copies=N keys unit masks by epoch % N, as for token masking (the unit
+    collator used to ignore it and masked dynamically)."""
+    examples = _wordpiece_examples(synthetic_tokenizer, synthetic_docs, 32)
+
+    def labels(copies: int, epoch: int) -> torch.Tensor:
+        col = UnitMaskingCollator(synthetic_tokenizer, MaskingConfig(static_copies=copies), seed=3, strategy=strategy)
+        return col([{**e, "epoch": epoch} for e in examples]).labels
+
+    assert torch.equal(labels(2, 0), labels(2, 4))  # epochs 0 and 4: the same of 2 copies
+    assert torch.equal(labels(2, 5), labels(0, 1))  # epoch 5 with 2 copies is dynamic masking's epoch 1
+    assert not torch.equal(labels(2, 0), labels(2, 1))  # the 2 copies differ
+    assert not torch.equal(labels(0, 0), labels(0, 4))  # dynamic: a new mask every epoch
+
+
 def test_plain_bert_trains_with_whole_word_masking(synthetic_shards, tmp_path):
     from bertzoo.train.loop import Trainer
     from bertzoo.train.pretrain import build_pretraining

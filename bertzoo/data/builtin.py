@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from bertzoo.data.corpus import BUILTIN_PREFIX, ReadStats, clean_text, iter_lines
+from bertzoo.data.text import BUILTIN_PREFIX, ReadStats, clean_text, iter_lines
 from bertzoo.errors import DataError
 
 __all__ = [

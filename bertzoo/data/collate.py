@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,7 @@ from bertzoo.data.masking import Selector, mask_tokens
 from bertzoo.data.tokenizer import SpecialIds, Tokenizer
 from bertzoo.errors import ConfigError, DataError
 
-__all__ = ["PretrainingCollator", "pad_batch"]
+__all__ = ["CollatedInputs", "PretrainingCollator", "pad_batch"]
 
 
 def pad_batch(
@@ -33,6 +34,18 @@ def pad_batch(
         # One boolean scatter instead of a Python loop over rows.
         out[np.arange(length)[None, :] < lengths[:, None]] = np.concatenate([np.asarray(s) for s in sequences])
     return out, lengths
+
+
+@dataclass(frozen=True)
+class CollatedInputs:
+    """A padded batch before masking: what every collator derives the same way."""
+
+    index: np.ndarray  # (batch,) example indices: with `epoch`, the key of each example's mask
+    epoch: np.ndarray  # (batch,) epochs, folded modulo `static_copies` under static masking
+    ids: np.ndarray  # (batch, seq) padded token ids
+    lengths: np.ndarray  # (batch,) real lengths
+    attention: np.ndarray  # (batch, seq) bool, True at real tokens
+    special_mask: np.ndarray  # (batch, seq) bool, True where nothing may be masked (special or padding)
 
 
 class PretrainingCollator:
@@ -87,6 +100,22 @@ class PretrainingCollator:
     def __call__(self, examples: Sequence[dict[str, Any]] | Sequence[list[dict[str, Any]]]) -> Batch:
         if examples and isinstance(examples[0], list):  # token-budget bins
             examples = [e for group in examples for e in group]
+        rows = self.inputs(examples)
+        masked, labels = mask_tokens(
+            rows.ids,
+            rows.special_mask,
+            seed=self.seed,
+            epoch=rows.epoch,
+            index=rows.index,
+            config=self.masking,
+            mask_id=self.special.mask,
+            replacement_ids=self.replacement_ids,
+            selector=self.selector,
+        )
+        return self.assemble(examples, rows, masked, labels)
+
+    def inputs(self, examples: Sequence[dict[str, Any]]) -> CollatedInputs:
+        """Pad, check and key the examples: everything masking needs, shared by every collator."""
         if not examples:
             raise DataError("cannot collate an empty list of examples")
         try:
@@ -103,23 +132,17 @@ class PretrainingCollator:
                 "the shards and the tokenizer or model do not match"
             )
         attention = np.arange(ids.shape[1])[None, :] < lengths[:, None]
-        special_mask = self._is_special[ids] | ~attention
-        masked, labels = mask_tokens(
-            ids,
-            special_mask,
-            seed=self.seed,
-            epoch=epoch,
-            index=index,
-            config=self.masking,
-            mask_id=self.special.mask,
-            replacement_ids=self.replacement_ids,
-            selector=self.selector,
-        )
+        return CollatedInputs(index, epoch, ids, lengths, attention, self._is_special[ids] | ~attention)
+
+    def assemble(
+        self, examples: Sequence[dict[str, Any]], rows: CollatedInputs, masked: np.ndarray, labels: np.ndarray
+    ) -> Batch:
+        """The `Batch` of masked ids and labels, with segment ids and sentence-pair labels when present."""
         batch = Batch(
             input_ids=torch.from_numpy(masked),
-            attention_mask=torch.from_numpy(attention.astype(np.int64)),
+            attention_mask=torch.from_numpy(rows.attention.astype(np.int64)),
             labels=torch.from_numpy(labels),
-            example_index=torch.from_numpy(index),
+            example_index=torch.from_numpy(rows.index),
         )
         if "token_type_ids" in examples[0]:
             types, _ = pad_batch([e["token_type_ids"] for e in examples], 0, self.pad_to_multiple_of)

@@ -6,18 +6,16 @@ Files are read line by line, so a corpus of any size streams through in constant
 
 from __future__ import annotations
 
-import gzip
 import json
 import logging
 import os
 import re
-import unicodedata
-import zlib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Literal
+from typing import Any, Literal
 
+from bertzoo.data.builtin import check_builtin, iter_builtin
+from bertzoo.data.text import BUILTIN_PREFIX, LONE_SURROGATE, ReadStats, clean_text, iter_lines
 from bertzoo.errors import DataError
 
 __all__ = ["ReadStats", "clean_text", "expand_inputs", "read_documents", "split_sentences"]
@@ -26,50 +24,7 @@ log = logging.getLogger(__name__)
 
 Format = Literal["auto", "text", "jsonl"]
 DocPer = Literal["block", "file", "line"]
-BUILTIN_PREFIX = "builtin:"
 _JSONL_SUFFIXES = {".jsonl", ".json", ".ndjson"}
-
-
-@dataclass
-class ReadStats:
-    """What `read_documents` saw; pass one in and it is filled while the stream is consumed."""
-
-    files: int = 0
-    documents: int = 0
-    lines: int = 0
-    bad_utf8_lines: int = 0  # lines with invalid UTF-8, decoded with U+FFFD replacement characters
-    first_bad_utf8: str | None = None  # "path:line" of the first such line
-    empty_docs_skipped: int = 0  # documents that were empty after cleaning
-
-    def note_bad_utf8(self, path: str | os.PathLike, line: int) -> None:
-        self.bad_utf8_lines += 1
-        if self.first_bad_utf8 is None:
-            self.first_bad_utf8 = f"{path}:{line}"
-
-
-# C0/C1 control characters (Unicode category Cc) except tab and newline.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_SPACES = re.compile(r" {2,}")
-# Lone UTF-16 surrogates: JSON can spell them ("\ud800") but they cannot be encoded, so no tokenizer takes them.
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
-_SPACE_AROUND_NEWLINE = re.compile(r" *\n *")
-
-
-def clean_text(text: str) -> str:
-    """Drop control characters (keeping newline and tab), replace lone surrogates with U+FFFD,
-    NFC-normalise, collapse spaces, strip."""
-    if "\r" in text:  # Windows and old-Mac line ends become newlines, not deleted characters
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
-    text = _CONTROL.sub("", text)
-    if not text.isascii():
-        text = _SURROGATE.sub("\ufffd", text)
-        if not unicodedata.is_normalized("NFC", text):
-            text = unicodedata.normalize("NFC", text)
-    if "  " in text:
-        text = _SPACES.sub(" ", text)
-    if "\n" in text:
-        text = _SPACE_AROUND_NEWLINE.sub("\n", text)
-    return text.strip()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -143,42 +98,6 @@ def split_sentences(text: str) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 
-def _open_binary(path: Path) -> BinaryIO:
-    if path.suffix == ".gz":
-        return gzip.open(path, "rb")  # type: ignore[return-value]
-    return open(path, "rb")
-
-
-def iter_lines(path: str | os.PathLike, stats: ReadStats | None = None) -> Iterator[str]:
-    """Lines of a UTF-8 file without their line ends; invalid bytes become U+FFFD and are counted."""
-    path = Path(path)
-    try:
-        f = _open_binary(path)
-    except FileNotFoundError:
-        raise DataError(f"corpus file not found: {path}; check the path") from None
-    except OSError as exc:
-        raise DataError(f"cannot read corpus file {path} ({exc.strerror}); check its permissions") from None
-    lineno = 0
-    with f:
-        try:
-            for lineno, raw in enumerate(f, 1):
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    line = raw.decode("utf-8", errors="replace")
-                    if stats is not None:
-                        stats.note_bad_utf8(path, lineno)
-                if lineno == 1 and line.startswith("\ufeff"):  # byte-order mark written by some editors
-                    line = line[1:]
-                if stats is not None:
-                    stats.lines += 1
-                yield line.rstrip("\r\n")
-        except (OSError, EOFError, zlib.error) as exc:  # a damaged .gz, or a read error of the disk
-            raise DataError(
-                f"cannot read {path} after line {lineno} ({type(exc).__name__}: {exc}); check or re-create the file"
-            ) from None
-
-
 def _text_documents(path: Path, doc_per: DocPer, stats: ReadStats | None) -> Iterator[str]:
     lines = iter_lines(path, stats)
     if doc_per == "line":
@@ -209,8 +128,15 @@ def _text_documents(path: Path, doc_per: DocPer, stats: ReadStats | None) -> Ite
         yield "\n".join(block)
 
 
-def _jsonl_documents(path: Path, text_field: str, stats: ReadStats | None) -> Iterator[str]:
-    for lineno, line in enumerate(iter_lines(path, stats), 1):
+def jsonl_records(
+    lines: Iterable[tuple[int, str]], path: str | os.PathLike, hint: str = ""
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, JSON object) for every non-blank line of a JSONL file, given as (number, line).
+
+    A line that is not a JSON object is a DataError naming `path:line`; `hint` is appended to the
+    invalid-JSON message (e.g. how to read the file as plain text instead).
+    """
+    for lineno, line in lines:
         if not line.strip():
             continue
         try:
@@ -218,11 +144,16 @@ def _jsonl_documents(path: Path, text_field: str, stats: ReadStats | None) -> It
         except (ValueError, RecursionError) as exc:  # JSONDecodeError, an int over 4300 digits, deep nesting
             reason = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
             raise DataError(
-                f"{path}:{lineno}: invalid JSON ({reason}); JSONL needs one JSON object per line "
-                "(use --format text for plain text)"
+                f"{path}:{lineno}: invalid JSON ({reason}); JSONL needs one JSON object per line{hint}"
             ) from None
         if not isinstance(record, dict):
             raise DataError(f"{path}:{lineno}: expected a JSON object per line, got {type(record).__name__}")
+        yield lineno, record
+
+
+def _jsonl_documents(path: Path, text_field: str, stats: ReadStats | None) -> Iterator[str]:
+    lines = enumerate(iter_lines(path, stats), 1)
+    for lineno, record in jsonl_records(lines, path, " (use --format text for plain text)"):
         if text_field not in record:
             raise DataError(
                 f"{path}:{lineno}: no field {text_field!r} (fields: {', '.join(sorted(record)) or 'none'}); "
@@ -233,7 +164,7 @@ def _jsonl_documents(path: Path, text_field: str, stats: ReadStats | None) -> It
             value = ""
         if not isinstance(value, str):
             raise DataError(f"{path}:{lineno}: field {text_field!r} is {type(value).__name__}, expected a string")
-        if stats is not None and not value.isascii() and _SURROGATE.search(value):
+        if stats is not None and not value.isascii() and LONE_SURROGATE.search(value):
             stats.note_bad_utf8(path, lineno)  # JSON's spelling of invalid UTF-8; clean_text replaces them
         doc = clean_text(value)
         if doc:
@@ -259,8 +190,6 @@ def expand_inputs(inputs: str | os.PathLike | Iterable[str | os.PathLike]) -> li
     out: list[str | Path] = []
     for item in inputs:
         if isinstance(item, str) and item.startswith(BUILTIN_PREFIX):
-            from bertzoo.data.builtin import check_builtin  # local import: builtin imports this module
-
             check_builtin(item)
             out.append(item)
             continue
@@ -314,8 +243,6 @@ def read_documents(
 def _read(
     sources: list[str | Path], fmt: Format, text_field: str, doc_per: DocPer, stats: ReadStats | None
 ) -> Iterator[str]:
-    from bertzoo.data.builtin import iter_builtin
-
     stats = stats if stats is not None else ReadStats()
     bad_before = stats.bad_utf8_lines
     docs_before = stats.documents

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import random
 from array import array
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -118,6 +119,59 @@ class _Uniform:
             return 0
         return sum(self._r.random() < 0.5 for _ in range(n))
 
+    def target_length(self, max_tokens: int, short_seq_prob: float) -> int:
+        """An example's target length: `max_tokens`, or with probability `short_seq_prob` a *shorter*
+        one, uniform in [2, max_tokens - 1] (max_tokens itself is excluded)."""
+        if max_tokens > 2 and self._r.random() < short_seq_prob:
+            return self.randint(2, max_tokens - 1)
+        return max_tokens
+
+
+class _PlanRows:
+    """The examples of a plan as they are built: compact typed columns (no per-example objects)."""
+
+    def __init__(self) -> None:
+        self.a_s, self.a_e, self.b_s, self.b_e = array("q"), array("q"), array("q"), array("q")
+        self.labels, self.targets = array("b"), array("i")
+
+    def add(self, sa: int, ea: int, target: int, label: int = -1, sb: int = 0, eb: int = 0) -> None:
+        """One example: segment A = [sa, ea), segment B = [sb, eb) (empty without a pair), its label."""
+        self.a_s.append(sa)
+        self.a_e.append(ea)
+        self.b_s.append(sb)
+        self.b_e.append(eb)
+        self.labels.append(label)
+        self.targets.append(target)
+
+    def plan(self, max_tokens: int) -> EpochPlan:
+        def ranges(starts: array, ends: array) -> np.ndarray:
+            if not len(starts):
+                return np.zeros((0, 2), np.int64)
+            return np.stack([np.frombuffer(starts, np.int64), np.frombuffer(ends, np.int64)], axis=1)
+
+        return EpochPlan(
+            ranges(self.a_s, self.a_e),
+            ranges(self.b_s, self.b_e),
+            np.frombuffer(self.labels, np.int8).copy(),
+            np.frombuffer(self.targets, np.int32).copy(),
+            max_tokens,
+        )
+
+
+def _documents(corpus: ShardedCorpus, block_docs: int) -> Iterator[tuple[int, list[int], int, int]]:
+    """(document, sentence offsets, first sentence, end sentence) for every document: `offsets[s0:s1 + 1]`
+    are the global token offsets of its sentences. Documents go in blocks so that only a block's
+    offsets are Python lists (fast scalar access) while the corpus stays in compact numpy arrays."""
+    doc_off = corpus.doc_offsets
+    sent_off = corpus.sentence_offsets
+    for d_lo in range(0, corpus.num_docs, block_docs):
+        d_hi = min(corpus.num_docs, d_lo + block_docs)
+        s_base = int(doc_off[d_lo])
+        doffs = doc_off[d_lo : d_hi + 1].tolist()
+        soffs = sent_off[s_base : int(doc_off[d_hi]) + 1].tolist()
+        for d in range(d_lo, d_hi):
+            yield d, soffs, doffs[d - d_lo] - s_base, doffs[d - d_lo + 1] - s_base
+
 
 def build_plan(
     corpus: ShardedCorpus,
@@ -135,16 +189,13 @@ def build_plan(
     num_docs = corpus.num_docs
     doc_off = corpus.doc_offsets
     sent_off = corpus.sentence_offsets
-    a_s, a_e, b_s, b_e = array("q"), array("q"), array("q"), array("q")
-    labels, targets = array("b"), array("i")
+    rows = _PlanRows()
     max_tokens = max_seq_len - 3 if nsp else max_seq_len - 2
     # Single-sentence chunks (NotNext only), all chunks and NotNext pairs so far, for the balance.
     forced = chunks = not_next = 0
 
     def new_target() -> int:
-        if max_tokens > 2 and u.random() < short_seq_prob:
-            return u.randint(2, max_tokens - 1)  # a *shorter* target: max_tokens itself is excluded
-        return max_tokens
+        return u.target_length(max_tokens, short_seq_prob)
 
     def truncate(sa: int, ea: int, sb: int, eb: int) -> tuple[int, int, int, int]:
         ra, rb = truncation_counts(ea - sa, eb - sb, max_tokens)
@@ -156,107 +207,76 @@ def build_plan(
             sb, eb = sb + front, eb - (rb - front)
         return sa, ea, sb, eb
 
-    def emit_single(start: int, end: int, target: int) -> None:
-        a_s.append(start)
-        a_e.append(end)
-        labels.append(-1)
-        targets.append(target)
-
-    # Documents are processed in blocks so only a block's offsets are Python lists (fast scalar access)
-    # while the whole corpus stays in compact numpy arrays.
-    for d_lo in range(0, num_docs, block_docs):
-        d_hi = min(num_docs, d_lo + block_docs)
-        s_base = int(doc_off[d_lo])
-        doffs = doc_off[d_lo : d_hi + 1].tolist()
-        soffs = sent_off[s_base : int(doc_off[d_hi]) + 1].tolist()
-        for d in range(d_lo, d_hi):
-            s0, s1 = doffs[d - d_lo] - s_base, doffs[d - d_lo + 1] - s_base
-            if s1 <= s0:
-                continue
-            if not nsp:
-                # DOC-SENTENCES: pack whole sentences up to the target; a sentence longer than the
-                # target is cut into target-sized windows rather than thrown away.
-                target = new_target()
-                start = prev = soffs[s0]
-                for s in range(s0 + 1, s1 + 1):
-                    end = soffs[s]
-                    if end - start <= target:
-                        prev = end
-                        continue
-                    if prev > start:
-                        emit_single(start, prev, target)
-                        start = prev
-                        target = new_target()
-                    while end - start > target:
-                        emit_single(start, start + target, target)
-                        start += target
-                        target = new_target()
-                    prev = end
-                if prev > start:
-                    emit_single(start, prev, target)
-                continue
-
+    for d, soffs, s0, s1 in _documents(corpus, block_docs):
+        if s1 <= s0:
+            continue
+        if not nsp:
+            # DOC-SENTENCES: pack whole sentences up to the target; a sentence longer than the
+            # target is cut into target-sized windows rather than thrown away.
             target = new_target()
-            i = s0
-            chunk_start = s0
-            while i < s1:
-                if i == s1 - 1 or soffs[i + 1] - soffs[chunk_start] >= target:
-                    n = i - chunk_start + 1
-                    a_end = chunk_start + (1 if n < 2 else u.randint(1, n - 1))
-                    sa, ea = soffs[chunk_start], soffs[a_end]
-                    chunks += 1
-                    if n == 1:
-                        forced += 1
-                        random_next = True
-                    else:
-                        # Lower the NotNext probability of free chunks by the share of forced ones
-                        # (running estimate), plus a small correction towards the running deficit,
-                        # so the overall NotNext share is nsp_random_prob (Google's script drifts).
-                        f = forced / chunks
-                        p = (nsp_random_prob - f) / (1.0 - f) if f < 1.0 else 0.0
-                        p += (nsp_random_prob * (chunks - 1) - not_next) / 16.0
-                        random_next = u.random() < min(1.0, max(0.0, p))
-                    if random_next:
-                        target_b = target - (ea - sa)
-                        other = u.randint(0, num_docs - 2)
-                        if other >= d:  # uniform over the other documents, no retry loop
-                            other += 1
-                        o0, o1 = int(doc_off[other]), int(doc_off[other + 1])
-                        rs = o0 + u.randint(0, o1 - o0 - 1)
-                        sb = int(sent_off[rs])
-                        # Whole sentences from rs until B reaches target_b (at least one sentence).
-                        j = int(np.searchsorted(sent_off, sb + target_b, side="left"))
-                        j = min(max(j, rs + 1), o1)
-                        eb = int(sent_off[j])
-                        label = NOT_NEXT
-                        not_next += 1
-                        i = a_end - 1  # the unused sentences of the chunk start the next one
-                    else:
-                        sb, eb = ea, soffs[i + 1]
-                        label = IS_NEXT
-                    sa, ea, sb, eb = truncate(sa, ea, sb, eb)
-                    a_s.append(sa)
-                    a_e.append(ea)
-                    b_s.append(sb)
-                    b_e.append(eb)
-                    labels.append(label)
-                    targets.append(target)
-                    chunk_start = i + 1
+            start = prev = soffs[s0]
+            for s in range(s0 + 1, s1 + 1):
+                end = soffs[s]
+                if end - start <= target:
+                    prev = end
+                    continue
+                if prev > start:
+                    rows.add(start, prev, target)
+                    start = prev
                     target = new_target()
-                i += 1
+                while end - start > target:
+                    rows.add(start, start + target, target)
+                    start += target
+                    target = new_target()
+                prev = end
+            if prev > start:
+                rows.add(start, prev, target)
+            continue
 
-    n = len(labels)
-    a = (
-        np.stack([np.frombuffer(a_s, np.int64), np.frombuffer(a_e, np.int64)], axis=1)
-        if n
-        else np.zeros((0, 2), np.int64)
-    )
-    if nsp and n:
-        b = np.stack([np.frombuffer(b_s, np.int64), np.frombuffer(b_e, np.int64)], axis=1)
-    else:
-        b = np.zeros((n, 2), np.int64)
-    label = np.frombuffer(labels, np.int8).copy()
-    return EpochPlan(a, b, label, np.frombuffer(targets, np.int32).copy(), max_tokens)
+        target = new_target()
+        i = s0
+        chunk_start = s0
+        while i < s1:
+            if i == s1 - 1 or soffs[i + 1] - soffs[chunk_start] >= target:
+                n = i - chunk_start + 1
+                a_end = chunk_start + (1 if n < 2 else u.randint(1, n - 1))
+                sa, ea = soffs[chunk_start], soffs[a_end]
+                chunks += 1
+                if n == 1:
+                    forced += 1
+                    random_next = True
+                else:
+                    # Lower the NotNext probability of free chunks by the share of forced ones
+                    # (running estimate), plus a small correction towards the running deficit,
+                    # so the overall NotNext share is nsp_random_prob (Google's script drifts).
+                    f = forced / chunks
+                    p = (nsp_random_prob - f) / (1.0 - f) if f < 1.0 else 0.0
+                    p += (nsp_random_prob * (chunks - 1) - not_next) / 16.0
+                    random_next = u.random() < min(1.0, max(0.0, p))
+                if random_next:
+                    target_b = target - (ea - sa)
+                    other = u.randint(0, num_docs - 2)
+                    if other >= d:  # uniform over the other documents, no retry loop
+                        other += 1
+                    o0, o1 = int(doc_off[other]), int(doc_off[other + 1])
+                    rs = o0 + u.randint(0, o1 - o0 - 1)
+                    sb = int(sent_off[rs])
+                    # Whole sentences from rs until B reaches target_b (at least one sentence).
+                    j = int(np.searchsorted(sent_off, sb + target_b, side="left"))
+                    j = min(max(j, rs + 1), o1)
+                    eb = int(sent_off[j])
+                    label = NOT_NEXT
+                    not_next += 1
+                    i = a_end - 1  # the unused sentences of the chunk start the next one
+                else:
+                    sb, eb = ea, soffs[i + 1]
+                    label = IS_NEXT
+                sa, ea, sb, eb = truncate(sa, ea, sb, eb)
+                rows.add(sa, ea, target, label, sb, eb)
+                chunk_start = i + 1
+                target = new_target()
+            i += 1
+    return rows.plan(max_tokens)  # without NSP, every B is the empty range [0, 0)
 
 
 class NspDataset:
@@ -359,10 +379,15 @@ class NspDataset:
             n = n + (self.plan.b[:, 1] - self.plan.b[:, 0]) + 1
         return n.astype(np.int64)
 
-    def __getitem__(self, i: int) -> dict[str, Any]:
+    def _index(self, i: int) -> int:
+        """`i` as an int, checked against the dataset length."""
         i = int(i)
         if not 0 <= i < self._length:
             raise IndexError(f"example {i} out of range 0..{self._length - 1}")
+        return i
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        i = self._index(i)
         sa, ea = self.plan.a[i]
         sb, eb = self.plan.b[i]
         la, lb = int(ea - sa), int(eb - sb)
@@ -405,17 +430,11 @@ def build_sop_plan(
     With probability `swap_prob` the example holds (B, A) and label SWAPPED, else (A, B), IN_ORDER.
     """
     u = _Uniform(seed, epoch, "sop/plan")
-    num_docs = corpus.num_docs
-    doc_off = corpus.doc_offsets
-    sent_off = corpus.sentence_offsets
-    a_s, a_e, b_s, b_e = array("q"), array("q"), array("q"), array("q")
-    labels, targets = array("b"), array("i")
+    rows = _PlanRows()
     max_tokens = max_seq_len - 3
 
     def new_target() -> int:
-        if max_tokens > 2 and u.random() < short_seq_prob:
-            return u.randint(2, max_tokens - 1)
-        return max_tokens
+        return u.target_length(max_tokens, short_seq_prob)
 
     def emit(sa: int, ea: int, sb: int, eb: int, target: int) -> None:
         ra, rb = truncation_counts(ea - sa, eb - sb, max_tokens)
@@ -424,44 +443,25 @@ def build_sop_plan(
             (sa, ea), (sb, eb), label = (sb, eb), (sa, ea), SWAPPED
         else:
             label = IN_ORDER
-        a_s.append(sa)
-        a_e.append(ea)
-        b_s.append(sb)
-        b_e.append(eb)
-        labels.append(label)
-        targets.append(target)
+        rows.add(sa, ea, target, label, sb, eb)
 
-    for d_lo in range(0, num_docs, block_docs):
-        d_hi = min(num_docs, d_lo + block_docs)
-        s_base = int(doc_off[d_lo])
-        doffs = doc_off[d_lo : d_hi + 1].tolist()
-        soffs = sent_off[s_base : int(doc_off[d_hi]) + 1].tolist()
-        for d in range(d_lo, d_hi):
-            s0, s1 = doffs[d - d_lo] - s_base, doffs[d - d_lo + 1] - s_base
+    for _, soffs, s0, s1 in _documents(corpus, block_docs):
+        target = new_target()
+        chunk_start = s0
+        for i in range(s0, s1):
+            if i < s1 - 1 and soffs[i + 1] - soffs[chunk_start] < target:
+                continue
+            n = i - chunk_start + 1
+            if n >= 2:
+                mid = soffs[chunk_start + u.randint(1, n - 1)]
+                emit(soffs[chunk_start], mid, mid, soffs[i + 1], target)
+            elif soffs[i + 1] - soffs[i] >= 2:
+                start, end = soffs[i], soffs[i + 1]
+                mid = start + u.randint(1, end - start - 1)
+                emit(start, mid, mid, end, target)
+            chunk_start = i + 1
             target = new_target()
-            chunk_start = s0
-            for i in range(s0, s1):
-                if i < s1 - 1 and soffs[i + 1] - soffs[chunk_start] < target:
-                    continue
-                n = i - chunk_start + 1
-                if n >= 2:
-                    mid = soffs[chunk_start + u.randint(1, n - 1)]
-                    emit(soffs[chunk_start], mid, mid, soffs[i + 1], target)
-                elif soffs[i + 1] - soffs[i] >= 2:
-                    start, end = soffs[i], soffs[i + 1]
-                    mid = start + u.randint(1, end - start - 1)
-                    emit(start, mid, mid, end, target)
-                chunk_start = i + 1
-                target = new_target()
-
-    n = len(labels)
-    if n == 0:
-        empty = np.zeros((0, 2), np.int64)
-        return EpochPlan(empty, empty.copy(), np.zeros(0, np.int8), np.zeros(0, np.int32), max_tokens)
-    a = np.stack([np.frombuffer(a_s, np.int64), np.frombuffer(a_e, np.int64)], axis=1)
-    b = np.stack([np.frombuffer(b_s, np.int64), np.frombuffer(b_e, np.int64)], axis=1)
-    label = np.frombuffer(labels, np.int8).copy()
-    return EpochPlan(a, b, label, np.frombuffer(targets, np.int32).copy(), max_tokens)
+    return rows.plan(max_tokens)
 
 
 class SopDataset(NspDataset):
@@ -532,17 +532,11 @@ def build_full_sentences_plan(
     max_tokens = max_seq_len - 2
     doc_off = corpus.doc_offsets
     sent_off = corpus.sentence_offsets
-    starts, ends, targets = array("q"), array("q"), array("i")
+    rows = _PlanRows()
+    emit = rows.add
 
     def new_target() -> int:
-        if max_tokens > 2 and u.random() < short_seq_prob:
-            return u.randint(2, max_tokens - 1)
-        return max_tokens
-
-    def emit(start: int, end: int, target: int) -> None:
-        starts.append(start)
-        ends.append(end)
-        targets.append(target)
+        return u.target_length(max_tokens, short_seq_prob)
 
     target = new_target()
     start = used = 0  # current example: first token and tokens used so far (separators included)
@@ -569,15 +563,7 @@ def build_full_sentences_plan(
             start, used = pos, end - pos
     if used:
         emit(start, int(sent_off[-1]), target)
-    n = len(targets)
-    a = np.stack([np.frombuffer(starts, np.int64), np.frombuffer(ends, np.int64)], axis=1) if n else np.zeros((0, 2))
-    return EpochPlan(
-        a.astype(np.int64),
-        np.zeros((n, 2), np.int64),
-        np.full(n, -1, np.int8),
-        np.frombuffer(targets, np.int32).copy(),
-        max_tokens,
-    )
+    return rows.plan(max_tokens)
 
 
 class FullSentencesDataset(NspDataset):
@@ -613,9 +599,7 @@ class FullSentencesDataset(NspDataset):
         return (self.plan.a[:, 1] - self.plan.a[:, 0] + (hi - lo) + 2).astype(np.int64)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        i = int(i)
-        if not 0 <= i < self._length:
-            raise IndexError(f"example {i} out of range 0..{self._length - 1}")
+        i = self._index(i)
         sa, ea = (int(x) for x in self.plan.a[i])
         lo, hi = self._separators(sa, ea)
         body = np.insert(self.corpus.token_range(sa, ea).astype(np.int64), self._doc_starts[lo:hi] - sa, self.sep_id)

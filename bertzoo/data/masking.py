@@ -144,6 +144,21 @@ def unit_bounds(starts: np.ndarray, special_mask: np.ndarray) -> tuple[np.ndarra
     return boundary, first, nxt - 1
 
 
+def _selectable_units(
+    starts: np.ndarray, special_mask: np.ndarray, mask_prob: float, max_predictions: int | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """What the unit selectors start from: (selectable unit starts, first, last, token budget per row).
+
+    The budget counts tokens, as BERT's does, so whole-unit and span masking select as many tokens
+    as token-level masking would.
+    """
+    special = np.asarray(special_mask, dtype=bool)
+    candidates = ~special
+    boundary, first, last = unit_bounds(starts, special)
+    budget = num_to_select(candidates.sum(-1), mask_prob, max_predictions)
+    return boundary & candidates, first, last, budget
+
+
 def select_units(
     input_ids: np.ndarray,
     special_mask: np.ndarray,
@@ -157,13 +172,9 @@ def select_units(
     unit is the uniform at its first position), each taken whole while it fits the row's budget of
     `num_to_select` tokens; a unit that would overshoot is skipped, as in Google's whole-word
     masking, so units are never split and a row may end a few tokens under budget."""
-    special = np.asarray(special_mask, dtype=bool)
-    candidates = ~special
-    boundary, first, last = unit_bounds(starts, special)
-    budget = num_to_select(candidates.sum(-1), mask_prob, max_predictions)
-    unit_start = boundary & candidates
+    unit_start, first, last, budget = _selectable_units(starts, special_mask, mask_prob, max_predictions)
     keys = np.asarray(rng_uniform)
-    selected = np.zeros_like(candidates)
+    selected = np.zeros_like(unit_start)
     for row in np.flatnonzero(budget > 0):
         pos = np.flatnonzero(unit_start[row])
         order = pos[np.argsort(keys[row, pos], kind="stable")]
@@ -221,14 +232,10 @@ def select_spans(
     that still fit. When no anchor is left for the drawn length (short rows), a second pass fills
     the remaining budget with spans cut at obstacles.
     """
-    special = np.asarray(special_mask, dtype=bool)
-    candidates = ~special
-    boundary, first, last = unit_bounds(starts, special)
-    budget = num_to_select(candidates.sum(-1), mask_prob, max_predictions)
-    word_start = boundary & candidates
+    word_start, first, last, budget = _selectable_units(starts, special_mask, mask_prob, max_predictions)
     keys = np.asarray(rng_uniform)
     lengths = sample_span_lengths(u_length, span_p, max_span)  # (B, L): the length of the k-th span
-    selected = np.zeros_like(candidates)
+    selected = np.zeros_like(word_start)
     groups = first.copy()
     ends = last.copy()
     for row in np.flatnonzero(budget > 0):
@@ -282,7 +289,7 @@ def select_spans(
 
 
 # Every selection strategy by config name, listed explicitly. Unit strategies (UNIT_STRATEGIES) take
-# `starts` as well: the word, phrase-level or entity-level unit starts (bertzoo.data.segment).
+# `starts` as well: the word, phrase-level or entity-level unit starts (bertzoo.data.unit_flags).
 SELECTORS: dict[str, Selector] = {
     "token": select_tokens,
     "whole_word": select_units,

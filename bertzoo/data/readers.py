@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from bertzoo.data.corpus import ReadStats, iter_lines
+from bertzoo.data.corpus import ReadStats, iter_lines, jsonl_records
 from bertzoo.errors import DataError
 
 __all__ = [
@@ -200,17 +200,7 @@ def _csv_rows(path: Path, delimiter: str) -> Iterator[tuple[int, dict[str, Any]]
 
 def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     _check_file(path)
-    for lineno, line in _lines(path):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except (ValueError, RecursionError) as exc:  # JSONDecodeError, an int over 4300 digits, deep nesting
-            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
-            raise DataError(f"{path}:{lineno}: invalid JSON ({reason}); JSONL needs one JSON object per line") from None
-        if not isinstance(record, dict):
-            raise DataError(f"{path}:{lineno}: expected a JSON object per line, got {type(record).__name__}")
-        yield lineno, record
+    yield from jsonl_records(_lines(path), path)
 
 
 def read_table(

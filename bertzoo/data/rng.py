@@ -111,3 +111,13 @@ class KeyedRNG(np.random.Generator):
         # SeedSequence only accepts non-negative entropy; wrap negatives like the hash does.
         entropy = [int(seed) & _MASK64, int(epoch) & _MASK64, int(index) & _MASK64, stream_id(stream)]
         super().__init__(np.random.PCG64(np.random.SeedSequence(entropy)))
+
+
+def epoch_permutation(num_examples: int, seed: int, epoch: int, shuffle: bool = True) -> np.ndarray:
+    """The example order of one epoch (identity when `shuffle` is false)."""
+    if not shuffle:
+        return np.arange(num_examples, dtype=np.int64)
+    # SeedSequence mixes the (seed, epoch) pair properly; seed + epoch would make run (s, e+1) equal
+    # to run (s+1, e).
+    rng = np.random.default_rng([seed, epoch])
+    return rng.permutation(num_examples).astype(np.int64)

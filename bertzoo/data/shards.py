@@ -35,8 +35,9 @@ import numpy as np
 from bertzoo.data.corpus import ReadStats, split_sentences
 from bertzoo.data.tokenizer import Tokenizer
 from bertzoo.errors import ConfigError, DataError, DiskFullError, is_disk_full
+from bertzoo.io import replace_dir
 
-__all__ = ["FORMAT_VERSION", "ShardInfo", "ShardedCorpus", "is_shard_dir", "prepare_shards"]
+__all__ = ["FORMAT_VERSION", "ShardInfo", "ShardedCorpus", "check_shard_name", "is_shard_dir", "prepare_shards"]
 
 FORMAT_VERSION = 1
 FORMAT_NAME = "bertzoo-shards"
@@ -279,7 +280,7 @@ def prepare_shards(
             f.write(json.dumps(meta, indent=2) + "\n")
             f.flush()
             os.fsync(f.fileno())
-        _replace_dir(tmp, out)
+        replace_dir(tmp, out)
     except BaseException as exc:
         writer.abort()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -305,21 +306,23 @@ def prepare_shards(
     )
 
 
-def _replace_dir(tmp: Path, out: Path) -> None:
-    """Move `tmp` to `out`; an existing `out` is moved aside first and deleted only after success."""
-    if not out.exists():
-        os.rename(tmp, out)
-        return
-    old = out.parent / f"{out.name}.old-{os.getpid()}"
-    if old.exists():
-        shutil.rmtree(old)
-    os.rename(out, old)
-    try:
-        os.rename(tmp, out)
-    except BaseException:
-        os.rename(old, out)  # put the previous output back
-        raise
-    shutil.rmtree(old, ignore_errors=True)
+def check_shard_name(directory: Path, name: Any) -> str:
+    """`name` from meta.json if the files named after it (NAME.tokens.npy, NAME.units.npy, ...) lie
+    inside `directory`; DataError otherwise. meta.json is input like any other file: a crafted one
+    must not make readers, and above all the unit annotation that writes NAME.units.npy, reach
+    outside the shard directory."""
+    if not isinstance(name, str) or not name or "\x00" in name:
+        raise DataError(f"{directory / META} names a shard {name!r}, not a file name; re-run bertzoo prepare")
+    root = directory.resolve()
+    # Every file of a shard is NAME + a suffix without separators, so all of them sit in the
+    # directory that holds `directory / NAME`; an absolute NAME replaces `directory` altogether.
+    where = (directory / name).parent.resolve()
+    if Path(name).is_absolute() or not where.is_relative_to(root):
+        raise DataError(
+            f"{directory / META} names a shard file outside the shard directory ({name!r}); "
+            "the file is damaged or crafted, re-run bertzoo prepare"
+        )
+    return name
 
 
 class ShardedCorpus:
@@ -360,7 +363,7 @@ class ShardedCorpus:
         tok_base = [0]
         sent_base = 0
         for shard in self.meta["shards"]:
-            name = shard["name"]
+            name = check_shard_name(self.path, shard["name"])
             try:
                 tok = np.load(self.path / f"{name}.tokens.npy", mmap_mode="r", allow_pickle=False)
                 sent = np.load(self.path / f"{name}.sentences.npy", allow_pickle=False)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -92,16 +93,8 @@ def _build_backend(
     # Registering the specials as added tokens makes "[MASK]" in text map to the special id, as in
     # Hugging Face's BertTokenizer (the saved tokenizer.json must behave the same in both).
     tk.add_special_tokens(list(SPECIAL_TOKENS))
-    _set_post_processor(tk, special_ids)
+    _set_pair_template(tk, CLS, SEP, special_ids)
     return tk
-
-
-def _set_post_processor(tk: tokenizers.Tokenizer, special_ids: dict[str, int]) -> None:
-    tk.post_processor = processors.TemplateProcessing(
-        single=f"{CLS}:0 $A:0 {SEP}:0",
-        pair=f"{CLS}:0 $A:0 {SEP}:0 $B:1 {SEP}:1",
-        special_tokens=[(CLS, special_ids[CLS]), (SEP, special_ids[SEP])],
-    )
 
 
 def _build_bpe_backend(model: models.Model, add_prefix_space: bool) -> tokenizers.Tokenizer:
@@ -141,11 +134,14 @@ def _build_unigram_backend(model: models.Model, lowercase: bool, strip_accents: 
     return tk
 
 
-def _set_pair_template(tk: tokenizers.Tokenizer, cls: str, sep: str) -> None:
+def _set_pair_template(tk: tokenizers.Tokenizer, cls: str, sep: str, ids: dict[str, int] | None = None) -> None:
+    """BERT's and ALBERT's `cls A sep` / `cls A sep B sep` with token types 0 / 1. `ids` gives the
+    two tokens' ids where the model does not know them yet (a WordPiece backend before training)."""
+    ids = ids if ids is not None else {cls: tk.token_to_id(cls), sep: tk.token_to_id(sep)}
     tk.post_processor = processors.TemplateProcessing(
         single=f"{cls}:0 $A:0 {sep}:0",
         pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
-        special_tokens=[(cls, tk.token_to_id(cls)), (sep, tk.token_to_id(sep))],
+        special_tokens=[(cls, ids[cls]), (sep, ids[sep])],
     )
 
 
@@ -154,6 +150,15 @@ def _token_name(value: object) -> str | None:
     if isinstance(value, dict):
         value = value.get("content")
     return value if isinstance(value, str) and value else None
+
+
+def _special_id(role: str) -> property:
+    """A read-only `Tokenizer` property: the id of the special token of `role` (`Tokenizer.special`)."""
+
+    def get(self: Tokenizer) -> int:
+        return getattr(self._special, role)
+
+    return property(get, doc=f"The id of the {role} token.")
 
 
 class Tokenizer:
@@ -364,25 +369,11 @@ class Tokenizer:
     def special(self) -> SpecialIds:
         return self._special
 
-    @property
-    def pad_id(self) -> int:
-        return self._special.pad
-
-    @property
-    def unk_id(self) -> int:
-        return self._special.unk
-
-    @property
-    def cls_id(self) -> int:
-        return self._special.cls
-
-    @property
-    def sep_id(self) -> int:
-        return self._special.sep
-
-    @property
-    def mask_id(self) -> int:
-        return self._special.mask
+    pad_id = _special_id("pad")
+    unk_id = _special_id("unk")
+    cls_id = _special_id("cls")
+    sep_id = _special_id("sep")
+    mask_id = _special_id("mask")
 
     @property
     def special_ids(self) -> np.ndarray:
@@ -458,6 +449,23 @@ def _batched(documents: Iterable[str], size: int) -> Iterator[list[str]]:
         yield batch
 
 
+# The largest vocabulary the trainers accept: tokenizers reserves memory for the requested size up
+# front (2**31 asks for ~140 GB and aborts the process), and 16.7M is far beyond any real model.
+MAX_VOCAB_SIZE = 1 << 24
+
+
+def _check_train_args(vocab_size: int, minimum: int, why: str, name: str = "vocab_size", **counts: int) -> None:
+    """DataError for a vocab size outside (minimum, MAX_VOCAB_SIZE] or a negative count, before the
+    Rust trainer turns them into an OverflowError or an out-of-memory abort."""
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= minimum:
+        raise DataError(f"{name} must exceed {minimum} ({why}), got {vocab_size!r}")
+    if vocab_size > MAX_VOCAB_SIZE:
+        raise DataError(f"vocab_size must be at most {MAX_VOCAB_SIZE:,}, got {vocab_size:,}")
+    for key, value in counts.items():
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= sys.maxsize:
+            raise DataError(f"{key} must be an integer in 0..{sys.maxsize}, got {value!r}")
+
+
 def train_wordpiece(
     documents: Iterable[str],
     vocab_size: int = 30000,
@@ -472,8 +480,13 @@ def train_wordpiece(
 
     `strip_accents=None` strips accents exactly when lowercasing, as BERT does.
     """
-    if vocab_size <= len(SPECIAL_TOKENS):
-        raise DataError(f"vocab_size must exceed the {len(SPECIAL_TOKENS)} special tokens, got {vocab_size}")
+    _check_train_args(
+        vocab_size,
+        len(SPECIAL_TOKENS),
+        "the special tokens",
+        min_frequency=min_frequency,
+        limit_alphabet=limit_alphabet,
+    )
     model = models.WordPiece(unk_token=UNK, continuing_subword_prefix="##", max_input_chars_per_word=100)
     placeholder = {t: i for i, t in enumerate(SPECIAL_TOKENS)}
     backend = _build_backend(model, lowercase, strip_accents, placeholder)
@@ -485,20 +498,7 @@ def train_wordpiece(
         continuing_subword_prefix="##",
         show_progress=show_progress,
     )
-    count = 0
-
-    def counted(docs: Iterable[str]) -> Iterator[list[str]]:
-        nonlocal count
-        for batch in _batched(docs, 1000):  # batches let the Rust side count words in parallel
-            count += len(batch)
-            yield batch
-
-    backend.train_from_iterator(counted(documents), trainer=trainer)
-    if count == 0:
-        raise DataError("cannot train a tokenizer on an empty corpus; check the input paths")
-    vocab = backend.get_vocab(with_added_tokens=True)
-    if [vocab.get(t) for t in SPECIAL_TOKENS] != list(range(len(SPECIAL_TOKENS))):
-        raise DataError("tokenizer training did not give the special tokens ids 0..4; report this as a bug")
+    _train(backend, trainer, documents, SPECIAL_TOKENS)
     return Tokenizer(backend, lowercase=lowercase, strip_accents=strip_accents)
 
 
@@ -508,7 +508,7 @@ def _train(backend: tokenizers.Tokenizer, trainer: trainers.Trainer, documents: 
 
     def counted(docs: Iterable[str]) -> Iterator[list[str]]:
         nonlocal count
-        for batch in _batched(docs, 1000):
+        for batch in _batched(docs, 1000):  # batches let the Rust side count words in parallel
             count += len(batch)
             yield batch
 
@@ -536,8 +536,13 @@ def train_bpe(
     (with its leading space, `Ġ`): shards encode sentence by sentence, and without it the first word
     of each sentence would get different tokens from the same word inside a sentence.
     """
-    if vocab_size <= len(BPE_SPECIAL_TOKENS) + 256:
-        raise DataError(f"a byte-level BPE vocab_size must exceed 261 (5 specials + 256 bytes), got {vocab_size}")
+    _check_train_args(
+        vocab_size,
+        len(BPE_SPECIAL_TOKENS) + 256,
+        "5 specials + 256 bytes",
+        "a byte-level BPE vocab_size",
+        min_frequency=min_frequency,
+    )
     model = models.BPE(unk_token=None, continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False)
     backend = _build_bpe_backend(model, add_prefix_space)
     trainer = trainers.BpeTrainer(
@@ -569,8 +574,14 @@ def train_unigram(
     with `▁`. `strip_accents=None` strips accents exactly when lowercasing (ALBERT: do_lower_case
     and not keep_accents). The trainer may return fewer pieces than `vocab_size` on a small corpus.
     """
-    if vocab_size <= len(UNIGRAM_SPECIAL_TOKENS):
-        raise DataError(f"vocab_size must exceed the {len(UNIGRAM_SPECIAL_TOKENS)} special tokens, got {vocab_size}")
+    _check_train_args(
+        vocab_size,
+        len(UNIGRAM_SPECIAL_TOKENS),
+        "the special tokens",
+        max_piece_length=max_piece_length,
+    )
+    if max_piece_length < 1:
+        raise DataError(f"max_piece_length must be >= 1, got {max_piece_length}")
     strip = lowercase if strip_accents is None else bool(strip_accents)
     backend = _build_unigram_backend(models.Unigram(), lowercase, strip)
     trainer = trainers.UnigramTrainer(

@@ -5,7 +5,7 @@
   example, the span boundaries SpanBERT's objective reads (`batch.extra["span_start"/"span_end"]`)
   and ERNIE 2.0's task ids (`batch.extra["task_type_ids"]`).
 * `UnitDataset`: wraps `NspDataset`, attaches the flags of each example's tokens (from the shards'
-  sidecar, `bertzoo.data.segment`) and, with a `Schedule`, the strategy and task of the example.
+  sidecar, `bertzoo.data.unit_sidecar`) and, with a `Schedule`, the strategy and task of the example.
 * `Schedule`: ERNIE 1.0's multi-stage masking (basic -> phrase -> entity by fractions of training)
   and ERNIE 2.0's sequential multi-task continual pretraining (a task, once introduced, stays in
   the mix: earlier tasks are replayed while new ones are added).
@@ -28,10 +28,12 @@ import torch
 from bertzoo.batch import IGNORE_INDEX, Batch
 from bertzoo.config import MaskingConfig
 from bertzoo.data import rng
-from bertzoo.data.collate import PretrainingCollator, pad_batch
+from bertzoo.data.collate import PretrainingCollator
 from bertzoo.data.masking import SELECTORS, UNIT_STRATEGIES, mask_tokens
-from bertzoo.data.segment import ALL_STARTS, LEVEL_FLAGS, UnitFlags, vocab_tables, wordpiece_flags
+from bertzoo.data.rng import epoch_permutation
 from bertzoo.data.tokenizer import SpecialIds, Tokenizer
+from bertzoo.data.unit_flags import ALL_STARTS, LEVEL_FLAGS, vocab_tables, wordpiece_flags
+from bertzoo.data.unit_sidecar import UnitFlags
 from bertzoo.errors import ConfigError, DataError
 
 __all__ = ["Schedule", "Stage", "UnitDataset", "UnitMaskingCollator"]
@@ -144,8 +146,6 @@ class UnitDataset:
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch; also recompute where each example falls in its order."""
-        from bertzoo.train.sampler import epoch_permutation
-
         epoch = int(epoch)
         if hasattr(self.inner, "set_epoch"):
             self.inner.set_epoch(epoch)
@@ -244,21 +244,8 @@ class UnitMaskingCollator(PretrainingCollator):
         self.span_targets = span_targets
 
     def __call__(self, examples: Sequence[dict[str, Any]]) -> Batch:
-        if not examples:
-            raise DataError("cannot collate an empty list of examples")
-        try:
-            index = np.fromiter((int(e["index"]) for e in examples), dtype=np.int64, count=len(examples))
-        except KeyError:
-            raise DataError("pretraining examples need an 'index' (it seeds the mask); use NspDataset") from None
-        epoch = np.fromiter((int(e.get("epoch", 0)) for e in examples), dtype=np.int64, count=len(examples))
-        ids, lengths = pad_batch([e["input_ids"] for e in examples], self.special.pad, self.pad_to_multiple_of)
-        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
-            raise DataError(
-                f"token id {int(ids.max())} is outside the vocabulary of {self.vocab_size}; "
-                "the shards and the tokenizer or model do not match"
-            )
-        attention = np.arange(ids.shape[1])[None, :] < lengths[:, None]
-        special_mask = self._is_special[ids] | ~attention
+        rows = self.inputs(examples)
+        ids, lengths, index = rows.ids, rows.lengths, rows.index
         strategies = np.array([str(e.get("strategy", self.strategy)) for e in examples])
         flags = None
         if any(s in UNIT_STRATEGIES for s in strategies):
@@ -276,18 +263,18 @@ class UnitMaskingCollator(PretrainingCollator):
         span_start = np.full(ids.shape, -1, dtype=np.int64) if self.span_targets else None
         span_end = np.full(ids.shape, -1, dtype=np.int64) if self.span_targets else None
         for strategy in dict.fromkeys(strategies.tolist()):
-            rows = np.flatnonzero(strategies == strategy)
+            sub = np.flatnonzero(strategies == strategy)
             if strategy not in SELECTORS:
                 raise ConfigError(f"unknown masking strategy {strategy!r}; choose one of: {', '.join(SELECTORS)}")
             starts = None
             if strategy in UNIT_STRATEGIES:
-                starts = (flags[rows] & LEVEL_FLAGS[strategy]) != 0
+                starts = (flags[sub] & LEVEL_FLAGS[strategy]) != 0
             out, lab, sel = mask_tokens(
-                ids[rows],
-                special_mask[rows],
+                ids[sub],
+                rows.special_mask[sub],
                 seed=self.seed,
-                epoch=epoch[rows],
-                index=index[rows],
+                epoch=rows.epoch[sub],
+                index=index[sub],
                 config=self.masking,
                 mask_id=self.special.mask,
                 replacement_ids=self.replacement_ids,
@@ -295,29 +282,16 @@ class UnitMaskingCollator(PretrainingCollator):
                 starts=starts,
                 return_selection=True,
             )
-            masked[rows] = out
-            labels[rows] = lab
+            masked[sub] = out
+            labels[sub] = lab
             if span_start is not None:
-                span_start[rows] = np.where(sel.selected, sel.groups, -1)
-                span_end[rows] = np.where(sel.selected, sel.ends, -1)
-        batch = Batch(
-            input_ids=torch.from_numpy(masked),
-            attention_mask=torch.from_numpy(attention.astype(np.int64)),
-            labels=torch.from_numpy(labels),
-            example_index=torch.from_numpy(index),
-        )
-        if "token_type_ids" in examples[0]:
-            types, _ = pad_batch([e["token_type_ids"] for e in examples], 0, self.pad_to_multiple_of)
-            batch.token_type_ids = torch.from_numpy(types)
-        else:
-            batch.token_type_ids = torch.zeros_like(batch.input_ids)
-        if "next_sentence_label" in examples[0]:
-            nsp = np.fromiter((int(e["next_sentence_label"]) for e in examples), dtype=np.int64, count=len(examples))
-            batch.next_sentence_label = torch.from_numpy(nsp)
+                span_start[sub] = np.where(sel.selected, sel.groups, -1)
+                span_end[sub] = np.where(sel.selected, sel.ends, -1)
+        batch = self.assemble(examples, rows, masked, labels)
         if span_start is not None:
             batch.extra["span_start"] = torch.from_numpy(span_start)
             batch.extra["span_end"] = torch.from_numpy(span_end)
         if any("task_type_id" in e for e in examples):
             task = np.fromiter((int(e.get("task_type_id", 0)) for e in examples), dtype=np.int64, count=len(examples))
-            batch.extra["task_type_ids"] = torch.from_numpy(np.where(attention, task[:, None], 0))
+            batch.extra["task_type_ids"] = torch.from_numpy(np.where(rows.attention, task[:, None], 0))
         return batch

@@ -23,6 +23,7 @@ initialisation from the trained generator is `init_discriminator_from_generator`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -35,7 +36,7 @@ from bertzoo.heads import ReplacedTokenDetectionHead
 from bertzoo.model import Encoder, init_weights
 from bertzoo.nn import activation
 from bertzoo.objectives.base import ObjectiveOutput
-from bertzoo.objectives.mlm import MaskedLM
+from bertzoo.objectives.mlm import MaskedLM, masked_lm_loss
 
 STAGES = ("joint", "generator", "discriminator")
 # Batch.extra key: one uniform in [0, 1) per position, keyed by (seed, epoch, example, position) in the
@@ -146,12 +147,6 @@ class Discriminator(nn.Module):
         loss, metrics, counts = rtd_loss_and_metrics(logits, batch.labels == 1, real)
         return ObjectiveOutput(loss=loss, metrics=metrics, counts=counts, logits=logits)
 
-    def export_hf(self, directory: str) -> str:
-        """Write a Hugging Face ElectraForPreTraining directory."""
-        from bertzoo.variants.electra import write_hf
-
-        return write_hf(self, directory)
-
 
 def share_embeddings(generator: Encoder, discriminator: Encoder) -> None:
     """Make `generator` use the discriminator's embedding tables and LayerNorm (same objects)."""
@@ -171,7 +166,7 @@ class Electra(nn.Module):
     """The ELECTRA pretraining objective: `generator` (a MaskedLM) + `discriminator` (a Discriminator).
 
     `discriminator_encoder()` is the model to fine-tune; `save_pretrained` writes both models (and the
-    configs to rebuild them) for resuming; `export_hf` writes the pair as Hugging Face directories.
+    configs to rebuild them) for resuming; `bertzoo.hub.export_hf` writes the pair as Hugging Face directories.
     """
 
     objective_name = "electra"
@@ -219,7 +214,7 @@ class Electra(nn.Module):
         return self.discriminator.encoder
 
     def discriminator_encoder(self) -> Encoder:
-        """The encoder to fine-tune (what `bertzoo.hub.load_encoder` returns for an ELECTRA checkpoint)."""
+        """The encoder to fine-tune (what `bertzoo.loading.load_encoder` returns for an ELECTRA checkpoint)."""
         return self.discriminator.encoder
 
     def replace(self, batch: Batch, mlm_logits: torch.Tensor, selected: torch.Tensor) -> Replacement:
@@ -242,19 +237,13 @@ class Electra(nn.Module):
         if batch.labels is None:
             raise ConfigError("ELECTRA pretraining needs masked batches (labels); use its collator")
         selected = batch.labels != IGNORE_INDEX  # (batch, seq)
-        targets = batch.labels[selected]  # (num_masked,)
         train_generator = self.stage != "discriminator"
         with torch.set_grad_enabled(train_generator and torch.is_grad_enabled()):
             hidden = self.generator.encoder(batch.input_ids, batch.attention_mask, batch.token_type_ids, pool=False)
             hidden = hidden.last_hidden_state
-            mlm_logits = self.generator.mlm_head(hidden, selected).float()  # (num_masked, vocab)
-            mlm_loss = F.cross_entropy(mlm_logits, targets) if targets.numel() else hidden.sum() * 0.0
+            # MaskedLM's loss, keeping the logits: the generator samples the replacements from them.
+            mlm_logits, mlm_loss, metrics, counts = masked_lm_loss(hidden, batch.labels, self.generator.mlm_head)
         device = hidden.device
-        n_masked = torch.tensor(targets.numel(), device=device)
-        with torch.no_grad():
-            mlm_acc = (mlm_logits.argmax(-1) == targets).float().mean() if targets.numel() else mlm_loss.detach() * 0
-        metrics = {"mlm_loss": mlm_loss.detach(), "mlm_acc": mlm_acc}
-        counts = {"mlm_loss": n_masked, "mlm_acc": n_masked}
         loss = mlm_loss
         terms = {"mlm": (mlm_loss, 1.0)}
         if self.stage != "generator":
@@ -285,28 +274,16 @@ class Electra(nn.Module):
                 copied.append(name)
         return copied
 
-    def save_pretrained(self, directory: str) -> None:
-        """config.json (the discriminator's config + the generator's + the objective's settings) and
-        model.safetensors with `generator.*` and `discriminator.*` keys (shared tensors stored once)."""
-        from bertzoo.hub import save_module
-
-        extra = {
+    def checkpoint_fields(self) -> dict[str, Any]:
+        """config.json fields beyond the discriminator's config: the generator's config and the
+        objective's settings (`save_pretrained`, attached by bertzoo.loading, writes them with
+        `generator.*` and `discriminator.*` weights, shared tensors stored once)."""
+        return {
             "objective": "electra",
             "stage": self.stage,
             "rtd_weight": self.rtd_weight,
             "generator": self.generator_config.to_dict(),
         }
-        save_module(self, self.config, directory, extra=extra)
-
-    @classmethod
-    def from_pretrained(cls, path: str) -> Electra:
-        """Load a checkpoint written by `save_pretrained`."""
-        from bertzoo.hub import load_pretraining
-
-        model = load_pretraining(path)
-        if not isinstance(model, cls):
-            raise ConfigError(f"{path} is not an ELECTRA pretraining checkpoint (it holds {type(model).__name__})")
-        return model
 
     @classmethod
     def from_parts(
@@ -314,21 +291,9 @@ class Electra(nn.Module):
     ) -> Electra:
         """Join a separately stored generator and discriminator (e.g. Hugging Face's ElectraForMaskedLM and
         ElectraForPreTraining directories) into one objective; the shared embeddings are the discriminator's."""
-        from bertzoo.hub import load_into
-
         model = cls(discriminator.config, generator.config, rtd_weight=rtd_weight, stage=stage)
         # Generator first: with shared embeddings, the discriminator's tables then overwrite its copies.
-        load_into(model.generator, generator.state_dict(), source="generator")
-        load_into(model.discriminator, discriminator.state_dict(), source="discriminator")
+        # Both parts are built from the very configs of the modules given, so every key matches.
+        model.generator.load_state_dict(generator.state_dict())
+        model.discriminator.load_state_dict(discriminator.state_dict())
         return model
-
-    def export_hf(self, directory: str) -> str:
-        """The discriminator as Hugging Face ElectraForPreTraining in `directory`, the generator as
-        ElectraForMaskedLM in `directory/generator` (transformers has no joint class)."""
-        from pathlib import Path
-
-        from bertzoo.variants.electra import write_hf
-
-        write_hf(self.discriminator, directory)
-        write_hf(self.generator, Path(directory) / "generator")
-        return str(directory)

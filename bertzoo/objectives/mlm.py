@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -12,6 +13,31 @@ from bertzoo.batch import IGNORE_INDEX, Batch
 from bertzoo.heads import MaskedLMHead, SentencePairHead
 from bertzoo.model import Encoder, EncoderOutput, init_weights
 from bertzoo.objectives.base import ObjectiveOutput
+
+
+def masked_lm_loss(
+    hidden: torch.Tensor,
+    labels: torch.Tensor,
+    head: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    name: str = "mlm",
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """(logits, loss, metrics, counts) of a masked-LM head: logits (num_masked, vocab) of
+    `head(hidden, selected)` at the labelled positions, their mean cross-entropy, and `{name}_loss` /
+    `{name}_acc` with the number of positions each averages over. The one MLM loss: BERT's, SpanBERT's
+    boundary objective and ELECTRA's generator (which also samples from the logits) all use it."""
+    selected = labels != IGNORE_INDEX  # (batch, seq) bool
+    targets = labels[selected]  # (num_masked,)
+    logits = head(hidden, selected).float()  # (num_masked, vocab)
+    if targets.numel() > 0:
+        loss = F.cross_entropy(logits, targets)
+    else:  # a batch with nothing masked still has a graph, so backward() works everywhere
+        loss = hidden.sum() * 0.0
+    n_masked = torch.tensor(targets.numel(), device=hidden.device)
+    with torch.no_grad():
+        acc = (logits.argmax(-1) == targets).float().mean() if targets.numel() else loss.detach() * 0
+    metrics = {f"{name}_loss": loss.detach(), f"{name}_acc": acc}
+    counts = {f"{name}_loss": n_masked, f"{name}_acc": n_masked}
+    return logits, loss, metrics, counts
 
 
 class MaskedLM(nn.Module):
@@ -77,19 +103,7 @@ class MaskedLM(nn.Module):
         """Mean cross-entropy of `head(hidden, selected)` (default: the MLM head) over the labelled
         positions, with `{name}_loss` / `{name}_acc` metrics and their counts (SpanBERT's boundary
         objective reuses it with its own head)."""
-        head = self.mlm_head if head is None else head
-        selected = labels != IGNORE_INDEX  # (batch, seq) bool
-        targets = labels[selected]  # (num_masked,)
-        logits = head(hidden, selected).float()  # (num_masked, vocab)
-        if targets.numel() > 0:
-            loss = F.cross_entropy(logits, targets)
-        else:  # a batch with nothing masked still has a graph, so backward() works everywhere
-            loss = hidden.sum() * 0.0
-        n_masked = torch.tensor(targets.numel(), device=hidden.device)
-        with torch.no_grad():
-            acc = (logits.argmax(-1) == targets).float().mean() if targets.numel() else loss.detach() * 0
-        metrics = {f"{name}_loss": loss.detach(), f"{name}_acc": acc}
-        counts = {f"{name}_loss": n_masked, f"{name}_acc": n_masked}
+        _, loss, metrics, counts = masked_lm_loss(hidden, labels, self.mlm_head if head is None else head, name)
         return loss, metrics, counts
 
     def loss_counts(self, batch: Batch) -> dict[str, int]:
@@ -121,19 +135,11 @@ class MaskedLM(nn.Module):
         counts["loss"] = torch.tensor(1, device=hidden.device)
         return ObjectiveOutput(loss=loss, metrics=metrics, counts=counts, terms=terms)
 
-    def save_pretrained(self, directory: str) -> None:
-        """config.json + model.safetensors with `encoder.`, `mlm_head.` and `nsp_head.` keys."""
-        from bertzoo.hub import save_module
-
-        save_module(self, self.encoder.config, directory, extra={"objective": self.objective_name})
+    def checkpoint_fields(self) -> dict[str, Any]:
+        """What config.json needs beyond the ModelConfig to rebuild this module (`save_pretrained`,
+        attached by bertzoo.loading, writes them with `encoder.`, `mlm_head.`, `nsp_head.` weights)."""
+        return {"objective": self.objective_name}
 
     @property
     def objective_name(self) -> str:
         return "mlm" if self.sentence_task is None else f"mlm+{self.sentence_task}"
-
-    @classmethod
-    def from_pretrained(cls, path: str) -> MaskedLM:
-        """Load a checkpoint written by `save_pretrained` (or an HF BertForPreTraining directory)."""
-        from bertzoo.hub import load_pretraining
-
-        return load_pretraining(path)

@@ -8,6 +8,7 @@ Single-sequence training: no NSP head.
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 import torch
 
@@ -95,18 +96,9 @@ class SpanBoundaryLM(MaskedLM):
         counts["loss"] = torch.tensor(1, device=hidden.device)
         return ObjectiveOutput(loss=loss, metrics=metrics, counts=counts, terms=terms)
 
-    def save_pretrained(self, directory: str) -> None:
-        """config.json (with the objective and the SBO position table size) + model.safetensors."""
-        from bertzoo.hub import save_module
-
-        extra = {"objective": self.objective_name}
+    def checkpoint_fields(self) -> dict[str, Any]:
+        """config.json fields beyond the ModelConfig: the objective and the SBO position table size."""
+        fields: dict[str, Any] = {"objective": self.objective_name}
         if self.sbo_head is not None:
-            extra["sbo_max_positions"] = self.sbo_head.position.num_embeddings
-        save_module(self, self.encoder.config, directory, extra=extra)
-
-    @classmethod
-    def from_pretrained(cls, path: str) -> SpanBoundaryLM:
-        """Load a checkpoint written by `save_pretrained`."""
-        from bertzoo.variants.spanbert import load_pretraining
-
-        return load_pretraining(path)
+            fields["sbo_max_positions"] = self.sbo_head.position.num_embeddings
+        return fields

@@ -1,5 +1,11 @@
 """Fine-tuning tasks; `TASKS` lists them all (filled in as tasks land)."""
 
+from __future__ import annotations
+
+from torch import nn
+
+from bertzoo.config import FinetuneConfig
+from bertzoo.errors import ConfigError
 from bertzoo.tasks.base import EvalResult, FeatureDataset, ScalarMix, Task, TaskModel, batched_logits
 from bertzoo.tasks.classification import ClassificationTask
 from bertzoo.tasks.multiple_choice import MultipleChoiceTask
@@ -13,7 +19,29 @@ TASKS: dict[str, type[Task]] = {
     "qa": QATask,
 }
 
+# Tasks whose head reads the pooled [CLS] vector alone (BERT's classifiers): an encoder saved without
+# a pooler gets a fresh one, as transformers' AutoModelForSequenceClassification does, and the top
+# layer runs for [CLS] only (TaskModel.reads_sequence).
+POOLED_TASKS = ("classification", "multiple_choice")
+
+
+def get_task(cfg: FinetuneConfig, tokenizer) -> Task:
+    """An instance of `TASKS[cfg.task]`."""
+    if cfg.task not in TASKS:
+        available = ", ".join(TASKS) or "none yet"
+        raise ConfigError(f"task {cfg.task!r} is not available in this bertzoo; available: {available}")
+    return TASKS[cfg.task](cfg, tokenizer)
+
+
+def mark_sentence_only(model: nn.Module, task: str) -> None:
+    """Pooled-vector tasks skip the top layer's work on tokens other than [CLS], unless the model
+    class states otherwise (ours do; this covers task models registered by users)."""
+    if task in POOLED_TASKS and "reads_sequence" not in type(model).__dict__:
+        model.reads_sequence = False
+
+
 __all__ = [
+    "POOLED_TASKS",
     "TASKS",
     "ClassificationTask",
     "EvalResult",
@@ -25,4 +53,6 @@ __all__ = [
     "TaskModel",
     "TokenClassificationTask",
     "batched_logits",
+    "get_task",
+    "mark_sentence_only",
 ]

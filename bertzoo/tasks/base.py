@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from bertzoo.batch import Batch
-from bertzoo.config import FinetuneConfig
+from bertzoo.config import FinetuneConfig, ModelConfig
 from bertzoo.errors import ConfigError
 from bertzoo.nn.masks import masked_mean
 
@@ -121,19 +121,16 @@ class TaskModel(nn.Module):
         cls = out.pooler_output if not self.feature_layers and out.pooler_output is not None else seq[:, 0]
         return seq, cls
 
-    def save_pretrained(self, directory: str) -> None:
-        """config.json (encoder config + `task` head config) + model.safetensors (encoder.* and head keys)."""
-        from bertzoo.hub import save_module
+    @property
+    def config(self) -> ModelConfig:
+        """The encoder's config (what config.json holds besides the `task` head config)."""
+        return self.encoder.config
 
-        save_module(self, self.encoder.config, directory, extra={"task": self.head_config})
-
-    @classmethod
-    def from_pretrained(cls, path: str) -> TaskModel:
-        """The fine-tuned model in `path` (written by `save_pretrained` with the tokenizer and
-        finetune_config.json next to it, as `bertzoo finetune` does), in eval mode."""
-        from bertzoo.train.finetune import load_finetuned
-
-        return load_finetuned(path)[1]
+    def checkpoint_fields(self) -> dict[str, Any]:
+        """The head config saved in config.json under `task`. `save_pretrained` and `from_pretrained`
+        (the fine-tuned model in a directory written with its tokenizer and finetune_config.json, as
+        `bertzoo finetune` does, in eval mode) are attached by bertzoo.loading."""
+        return {"task": self.head_config}
 
 
 class Task(ABC):

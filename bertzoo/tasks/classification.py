@@ -312,8 +312,12 @@ class ClassificationTask(Task):
         if not unlabelled:
             return []
         for e in unlabelled:
+            where = e.get("source", "an example")
             if not isinstance(e.get("text"), str):
-                raise DataError(f"{e.get('source', 'an example')}: prediction input needs a 'text' string")
+                raise DataError(f"{where}: prediction input needs a 'text' string")
+            if "text_pair" in e and not isinstance(e["text_pair"], str):  # the tokenizer would raise TypeError
+                kind = type(e["text_pair"]).__name__
+                raise DataError(f"{where}: 'text_pair' is {kind}; give the second text as a string")
         self._ensure_labels()
         logits = self._logits(model, self.featurize(unlabelled, "predict"))
         return [self._prediction(row) for row in logits]

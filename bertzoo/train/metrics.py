@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from bertzoo.train.checkpoint import write_atomic
+from bertzoo.io import write_atomic
 
 log = logging.getLogger("bertzoo.train")
 

@@ -11,52 +11,26 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from bertzoo.config import TrainConfig
 from bertzoo.errors import ConfigError
+from bertzoo.param_groups import decay_split
 
 SCHEDULES = ("linear", "constant", "cosine")
-
-
-def _is_norm(module: nn.Module) -> bool:
-    # Custom norms written by the model team (e.g. an RMSNorm or a LayerNorm subclass) are matched by
-    # name so they are excluded from decay without this module importing bertzoo.nn.
-    if isinstance(module, (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._BatchNorm)):
-        return True
-    name = type(module).__name__.lower()
-    return "layernorm" in name or "rmsnorm" in name
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     """Split trainable parameters into a decayed and a non-decayed group.
 
     Biases, normalisation weights and every other 1-D parameter get no decay; matrices, including the
-    word embeddings, are decayed as in BERT. A parameter shared by several modules (tied embeddings)
-    appears once. Each group carries `param_names` for inspection; empty groups are left out.
+    word embeddings, are decayed as in BERT (`bertzoo.param_groups.decay_split`). A parameter shared by
+    several modules (tied embeddings) appears once. Each group carries `param_names` for inspection;
+    empty groups are left out.
     """
-    norm_params: set[int] = set()
-    for module in model.modules():
-        if _is_norm(module):
-            norm_params.update(id(p) for p in module.parameters(recurse=False))
-
-    seen: set[int] = set()
-    decay: list[nn.Parameter] = []
-    no_decay: list[nn.Parameter] = []
-    decay_names: list[str] = []
-    no_decay_names: list[str] = []
-    # remove_duplicate=False then dedupe by identity: the first name wins, so the names are stable.
-    for name, p in model.named_parameters(remove_duplicate=False):
-        if not p.requires_grad or id(p) in seen:
-            continue
-        seen.add(id(p))
-        if p.ndim <= 1 or name.endswith("bias") or id(p) in norm_params:
-            no_decay.append(p)
-            no_decay_names.append(name)
-        else:
-            decay.append(p)
-            decay_names.append(name)
-    groups = [
-        {"params": decay, "weight_decay": weight_decay, "param_names": decay_names},
-        {"params": no_decay, "weight_decay": 0.0, "param_names": no_decay_names},
-    ]
-    return [g for g in groups if g["params"]]
+    decay: dict[str, Any] = {"params": [], "weight_decay": weight_decay, "param_names": []}
+    no_decay: dict[str, Any] = {"params": [], "weight_decay": 0.0, "param_names": []}
+    for name, p, decayed in decay_split(model):
+        group = decay if decayed else no_decay
+        group["params"].append(p)
+        group["param_names"].append(name)
+    return [g for g in (decay, no_decay) if g["params"]]
 
 
 def build_optimizer(

@@ -20,8 +20,9 @@ def build_pretraining(cfg: PretrainConfig):
     """(objective, dataset, collator, tokenizer) for a pretraining config, validated before any
     training starts: vocabulary and sequence length must fit the model.
 
-    A variant module may define `examples(cfg, corpus, tokenizer)` and `collator(cfg, tokenizer)`
-    for its own data recipe; otherwise BERT's (NSP pairs or single segments, token masking) is used.
+    A variant module may define `examples(cfg, corpus, tokenizer, world_size=...)` and
+    `collator(cfg, tokenizer)` for its own data recipe; otherwise BERT's (NSP pairs or single
+    segments, token masking) is used.
     `build(model_config, objective, **cfg.objective_args)` makes the trainable module.
     """
     from bertzoo.data.collate import PretrainingCollator
@@ -55,8 +56,7 @@ def build_pretraining(cfg: PretrainConfig):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.train.seed)
         objective = variant.build(model_cfg, objective=_objective_name(cfg, variant), **cfg.objective_args)
-    make_examples = getattr(variant, "examples", _examples)
-    dataset = make_examples(cfg, corpus, tokenizer)
+    dataset = _examples(cfg, corpus, tokenizer)
     if hasattr(variant, "collator"):
         collator = variant.collator(cfg, tokenizer)
     elif cfg.data.masking.strategy != "token":
@@ -91,18 +91,12 @@ def _objective_name(cfg: PretrainConfig, variant) -> str:
 
 
 def _examples(cfg: PretrainConfig, corpus, tokenizer):
-    """BERT's data recipe: NSP segment pairs, or single segments when data.nsp is false."""
-    from bertzoo.data.examples import NspDataset
+    """The variant's data recipe (BERT's when it has none) for this run's number of processes."""
+    from bertzoo.train.distributed import dist_info
+    from bertzoo.variants import bert, get_variant
 
-    return NspDataset(
-        corpus,
-        tokenizer,
-        max_seq_len=cfg.data.max_seq_len,
-        seed=cfg.train.seed,
-        short_seq_prob=cfg.data.short_seq_prob,
-        nsp_random_prob=cfg.data.nsp_random_prob,
-        nsp=cfg.data.nsp,
-    )
+    make = getattr(get_variant(cfg.variant), "examples", bert.examples)
+    return make(cfg, corpus, tokenizer, world_size=dist_info().world_size)
 
 
 def unigram_counts(corpus, vocab_size: int, special_ids: np.ndarray) -> np.ndarray:
@@ -118,12 +112,11 @@ def unigram_counts(corpus, vocab_size: int, special_ids: np.ndarray) -> np.ndarr
 def fixed_eval_batches(cfg: PretrainConfig, tokenizer, collator) -> list[Batch]:
     """A fixed held-out set: epoch-0 examples of the eval shards, masked once (same every time)."""
     from bertzoo.data.shards import ShardedCorpus
-    from bertzoo.variants import get_variant
 
     corpus = ShardedCorpus(cfg.data.eval_shards)
     corpus.check_tokenizer(tokenizer)
     # Held-out examples follow the variant's own recipe (RoBERTa: one segment; ALBERT: SOP pairs).
-    dataset = getattr(get_variant(cfg.variant), "examples", _examples)(cfg, corpus, tokenizer)
+    dataset = _examples(cfg, corpus, tokenizer)
     dataset.set_epoch(0)
     bs = cfg.train.batch_size
     n = min(len(dataset), cfg.data.eval_batches * bs)
@@ -190,7 +183,7 @@ def pretrain(cfg: PretrainConfig, resume: str | None = None) -> dict[str, Any]:
     summary = trainer.train(resume=resume)
     if baseline:
         summary["baseline"] = baseline
-    from bertzoo.train.checkpoint import write_atomic
+    from bertzoo.io import write_atomic
     from bertzoo.train.distributed import is_main
 
     # A resume of a finished run trains nothing; keep the summary of the run that did the work.

@@ -14,17 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from bertzoo.data.rng import epoch_permutation  # the order is a data fact: datasets need it too
 from bertzoo.errors import CheckpointError, ConfigError
-
-
-def epoch_permutation(num_examples: int, seed: int, epoch: int, shuffle: bool = True) -> np.ndarray:
-    """The example order of one epoch (identity when `shuffle` is false)."""
-    if not shuffle:
-        return np.arange(num_examples, dtype=np.int64)
-    # SeedSequence mixes the (seed, epoch) pair properly; seed + epoch would make run (s, e+1) equal
-    # to run (s+1, e).
-    rng = np.random.default_rng([seed, epoch])
-    return rng.permutation(num_examples).astype(np.int64)
 
 
 class ResumableBatchSampler:

@@ -1,10 +1,25 @@
-"""Every model family bertzoo knows, in one explicit table."""
+"""Every model family bertzoo knows, in one explicit table.
+
+A variant module has presets, `model_config(spec)`, `build(config, objective, **objective_args)`,
+and optionally:
+
+* `examples(cfg, corpus, tokenizer, *, world_size=1)` and `collator(cfg, tokenizer)`: its data
+  recipe (default: BERT's, `bert.examples`);
+* `pretraining_model(raw_config, config, state)`: the empty module a pretraining checkpoint loads
+  into, when it is not a plain `MaskedLM`;
+* `HF` (a `bertzoo.hf_keys.HFFamily`) and `config_to_hf(config, architectures)`: its Hugging Face
+  names as data, and the checks of what the Hugging Face class can hold. A family imports the
+  Hugging Face `model_type` of its `HF` when `HF.variant` is its own name (SpanBERT exports as BERT);
+* `export_hf(module, directory)`: writes its own modules that the generic exporter cannot (ELECTRA's).
+"""
 
 from __future__ import annotations
 
 from types import ModuleType
+from typing import Any
 
-from bertzoo.errors import ConfigError
+from bertzoo.errors import CheckpointError, ConfigError
+from bertzoo.hf_keys import HFFamily
 from bertzoo.variants import albert, bert, electra, ernie, roberta, spanbert
 
 VARIANTS: dict[str, ModuleType] = {
@@ -28,3 +43,26 @@ def get_variant(name: str) -> ModuleType:
 def preset_names() -> list[str]:
     """All presets of all variants."""
     return [name for module in VARIANTS.values() for name in module.PRESETS]
+
+
+def hf_families() -> dict[str, HFFamily]:
+    """Hugging Face model_type -> the family that imports it."""
+    return {m.HF.model_type: m.HF for name, m in VARIANTS.items() if getattr(m, "HF", None) and m.HF.variant == name}
+
+
+def hf_family(model_type: Any) -> HFFamily:
+    """The family of a Hugging Face config's `model_type`, or CheckpointError listing the supported ones."""
+    families = hf_families()
+    if isinstance(model_type, str) and model_type in families:
+        return families[model_type]
+    raise CheckpointError(
+        f"Hugging Face model_type {model_type!r} is not supported; supported: {', '.join(sorted(families))}"
+    )
+
+
+def hf_variant(config_variant: str) -> ModuleType:
+    """The variant module exporting a model of `config_variant` to Hugging Face (it must have `HF`)."""
+    module = get_variant(config_variant)
+    if getattr(module, "HF", None) is None:
+        raise CheckpointError(f"variant {config_variant!r} has no Hugging Face counterpart to convert to or from")
+    return module

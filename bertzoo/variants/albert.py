@@ -21,12 +21,12 @@ from typing import Any
 
 import torch
 
+from bertzoo import hf_keys
 from bertzoo.config import ModelConfig, PretrainConfig, preset_config
-from bertzoo.convert import fuse_qkv, normalise_hf_keys, split_qkv
 from bertzoo.errors import CheckpointError, ConfigError
+from bertzoo.hf_keys import HFFamily
 from bertzoo.model import Encoder
 from bertzoo.objectives.mlm import MaskedLM
-from bertzoo.variants.bert import _HF_ACT, _OUR_ACT
 
 # Paper Table 1 (E = 128, feed-forward 4H, heads H/64, all parameters shared), plus two small ones
 # for CPUs sized like BERT-tiny / BERT-mini. Published sizes: base 12M, large 18M, xlarge 60M,
@@ -59,7 +59,6 @@ DEFAULTS: dict[str, Any] = {
 
 OBJECTIVES = ("mlm+sop", "mlm")
 DEFAULT_OBJECTIVE = "mlm+sop"
-HF_MODEL_TYPE = "albert"
 
 
 def model_config(spec: dict[str, Any]) -> ModelConfig:
@@ -76,7 +75,7 @@ def build(config: ModelConfig, objective: str = "mlm+sop") -> MaskedLM:
     return MaskedLM(Encoder(config), sentence_task="sop" if objective == "mlm+sop" else None)
 
 
-def examples(cfg: PretrainConfig, corpus, tokenizer):
+def examples(cfg: PretrainConfig, corpus, tokenizer, *, world_size: int = 1):
     """SOP pairs for mlm+sop (the only format that gives SOP labels); any single-segment or
     pair format for plain mlm (DOC-SENTENCES by default)."""
     from bertzoo.data.examples import pretraining_dataset
@@ -92,7 +91,7 @@ def examples(cfg: PretrainConfig, corpus, tokenizer):
 
 
 def pretraining_model(raw: dict[str, Any], config: ModelConfig, state: dict[str, torch.Tensor]) -> MaskedLM:
-    """The module a checkpoint's weights load into (`bertzoo.hub.load_pretraining`): with a sentence
+    """The module a checkpoint's weights load into (`bertzoo.loading.load_pretraining`): with a sentence
     head it is SOP (a Hugging Face AlbertForPreTraining's `sop_classifier`), never NSP."""
     objective = raw.get("objective") or ("mlm+sop" if "nsp_head.classifier.weight" in state else "mlm")
     return build(config, objective)
@@ -100,8 +99,9 @@ def pretraining_model(raw: dict[str, Any], config: ModelConfig, state: dict[str,
 
 # --- Hugging Face interop ------------------------------------------------------------------
 
-# (Hugging Face AlbertModel key, bertzoo Encoder key); `{g}` is a layer group (= our layer index).
-ALBERT_EMBEDDING_KEYS: list[tuple[str, str]] = [
+# (Hugging Face AlbertModel key, bertzoo Encoder key); `{i}` is a layer group (= our stored layer).
+_LAYER = "encoder.albert_layer_groups.{i}.albert_layers.0."
+ALBERT_ENCODER_KEYS: tuple[tuple[str, str], ...] = (
     ("embeddings.word_embeddings.weight", "embeddings.word.weight"),
     ("embeddings.position_embeddings.weight", "embeddings.position.weight"),
     ("embeddings.token_type_embeddings.weight", "embeddings.token_type.weight"),
@@ -111,22 +111,23 @@ ALBERT_EMBEDDING_KEYS: list[tuple[str, str]] = [
     ("encoder.embedding_hidden_mapping_in.bias", "embeddings.project.bias"),
     ("pooler.weight", "pooler.dense.weight"),
     ("pooler.bias", "pooler.dense.bias"),
-]
-_LAYER = "encoder.albert_layer_groups.{g}.albert_layers.0."
-ALBERT_LAYER_KEYS: list[tuple[str, str]] = [
-    ("attention.dense.weight", "attention.out.weight"),
-    ("attention.dense.bias", "attention.out.bias"),
-    ("attention.LayerNorm.weight", "attention_residual.norm.weight"),
-    ("attention.LayerNorm.bias", "attention_residual.norm.bias"),
-    ("ffn.weight", "ffn.up.weight"),
-    ("ffn.bias", "ffn.up.bias"),
-    ("ffn_output.weight", "ffn.down.weight"),
-    ("ffn_output.bias", "ffn.down.bias"),
-    ("full_layer_layer_norm.weight", "ffn_residual.norm.weight"),
-    ("full_layer_layer_norm.bias", "ffn_residual.norm.bias"),
-]
+) + tuple(
+    (_LAYER + hf, "stack.layers.{i}." + ours)
+    for hf, ours in (
+        ("attention.dense.weight", "attention.out.weight"),
+        ("attention.dense.bias", "attention.out.bias"),
+        ("attention.LayerNorm.weight", "attention_residual.norm.weight"),
+        ("attention.LayerNorm.bias", "attention_residual.norm.bias"),
+        ("ffn.weight", "ffn.up.weight"),
+        ("ffn.bias", "ffn.up.bias"),
+        ("ffn_output.weight", "ffn.down.weight"),
+        ("ffn_output.bias", "ffn.down.bias"),
+        ("full_layer_layer_norm.weight", "ffn_residual.norm.weight"),
+        ("full_layer_layer_norm.bias", "ffn_residual.norm.bias"),
+    )
+)
 # (Hugging Face AlbertForPreTraining head key, bertzoo MaskedLM key).
-ALBERT_HEAD_KEYS: list[tuple[str, str]] = [
+ALBERT_HEAD_KEYS: tuple[tuple[str, str], ...] = (
     ("predictions.dense.weight", "mlm_head.dense.weight"),
     ("predictions.dense.bias", "mlm_head.dense.bias"),
     ("predictions.LayerNorm.weight", "mlm_head.norm.weight"),
@@ -134,172 +135,52 @@ ALBERT_HEAD_KEYS: list[tuple[str, str]] = [
     ("predictions.bias", "mlm_head.decoder.bias"),
     ("sop_classifier.classifier.weight", "nsp_head.classifier.weight"),
     ("sop_classifier.classifier.bias", "nsp_head.classifier.bias"),
-]
-_QKV = ("query", "key", "value")
-_ARCHITECTURES = {
-    "BertModel": "AlbertModel",
-    "BertForPreTraining": "AlbertForPreTraining",
-    "BertForMaskedLM": "AlbertForMaskedLM",
-    "BertForSequenceClassification": "AlbertForSequenceClassification",
-    "BertForTokenClassification": "AlbertForTokenClassification",
-    "BertForQuestionAnswering": "AlbertForQuestionAnswering",
-    "BertForMultipleChoice": "AlbertForMultipleChoice",
-}
+)
 
 
-def _groups(config: ModelConfig) -> int:
-    """Stored layers: Hugging Face's num_hidden_groups (one layer per group)."""
-    return 1 if config.share == "all" else config.num_layers
-
-
-def config_from_hf(raw: dict[str, Any]) -> ModelConfig:
-    """ModelConfig from a Hugging Face AlbertConfig dict."""
-    act = raw.get("hidden_act", "gelu_new")
-    if act not in _HF_ACT:
-        raise CheckpointError(f"activation {act!r} in the Hugging Face config is not supported")
-    pe = raw.get("position_embedding_type", "absolute")
-    if pe != "absolute":
-        raise CheckpointError(f"position_embedding_type={pe!r} is not supported; only 'absolute' positions convert")
-    layers = raw["num_hidden_layers"]
-    groups, inner = raw.get("num_hidden_groups", 1), raw.get("inner_group_num", 1)
+def _groups_and_embeddings(raw: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    """Layer groups -> `share`, and the factorized embedding width."""
+    layers = fields["num_layers"]
+    groups = hf_keys.hf_value(raw, "num_hidden_groups", "size", 1)
+    inner = hf_keys.hf_value(raw, "inner_group_num", "size", 1)
     if inner != 1 or groups not in (1, layers):
         raise CheckpointError(
             f"ALBERT with num_hidden_groups={groups} and inner_group_num={inner} cannot be converted; bertzoo "
             "reads one shared layer (1 group of 1) or unshared layers (num_hidden_layers groups of 1)"
         )
-    embedding, hidden = raw.get("embedding_size", 128), raw["hidden_size"]
-    if embedding == hidden:
+    embedding = hf_keys.hf_value(raw, "embedding_size", "size", 128)
+    if embedding == fields["hidden_size"]:
         raise CheckpointError(
             "this ALBERT has embedding_size == hidden_size but still a projection between them, which bertzoo's "
             "embeddings leave out when the widths are equal; it cannot be converted"
         )
-    return ModelConfig(
-        variant="albert",
-        vocab_size=raw["vocab_size"],
-        hidden_size=hidden,
-        embedding_size=embedding,
-        num_layers=layers,
-        num_heads=raw["num_attention_heads"],
-        intermediate_size=raw["intermediate_size"],
-        max_position=raw.get("max_position_embeddings", 512),
-        type_vocab_size=raw.get("type_vocab_size", 2),
-        share="all" if groups == 1 else "none",
-        hidden_act=_HF_ACT[act],
-        dropout=raw.get("hidden_dropout_prob", 0.0),
-        attention_dropout=raw.get("attention_probs_dropout_prob", 0.0),
-        layer_norm_eps=raw.get("layer_norm_eps", 1e-12),
-        initializer_range=raw.get("initializer_range", 0.02),
-        pad_token_id=raw.get("pad_token_id", 0) or 0,
-        tie_word_embeddings=raw.get("tie_word_embeddings", True),
-    )
+    return {"embedding_size": embedding, "share": "all" if groups == 1 else "none"}
+
+
+HF = HFFamily(
+    model_type="albert",
+    variant="albert",
+    base="albert.",
+    encoder_keys=ALBERT_ENCODER_KEYS,
+    qkv=_LAYER + "attention.{n}.{part}",
+    head_keys=ALBERT_HEAD_KEYS,
+    untied_decoder="predictions.decoder.weight",
+    tied_copies=frozenset({"predictions.decoder.weight", "predictions.decoder.bias"}),
+    config_defaults={"hidden_act": "gelu_new", "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0},
+    read_fields=_groups_and_embeddings,
+    architectures={name: name.replace("Bert", "Albert", 1) for name in hf_keys.BERT_CLASSES},
+)
 
 
 def config_to_hf(config: ModelConfig, architectures: list[str] | None = None) -> dict[str, Any]:
-    """A Hugging Face AlbertConfig dict for an exported bertzoo model."""
-    if config.share in ("attention", "ffn"):
-        raise CheckpointError(
-            f"share={config.share!r} (only the {config.share} sublayers shared across layers) has no Hugging Face "
-            "ALBERT counterpart, which shares whole layers; keep the bertzoo format (save_pretrained) for this model"
-        )
-    if config.norm != "post" or config.position != "learned" or config.position_offset:
-        raise CheckpointError(
-            "only post-norm ALBERT encoders with learned positions from 0 export to the Hugging Face 'albert' "
-            "architecture"
-        )
-    if not config.embedding_size or config.embedding_size == config.hidden_size:
-        raise CheckpointError(
-            "Hugging Face ALBERT always projects embeddings to the hidden width; this model has no projection "
-            "(embedding_size unset or equal to hidden_size), so it cannot export as 'albert'"
-        )
-    archs = []
-    for name in architectures or ["BertModel"]:
-        if name not in _ARCHITECTURES:
-            raise CheckpointError(f"{name} has no ALBERT counterpart; keep the bertzoo format for this model")
-        archs.append(_ARCHITECTURES[name])
-    return {
-        "model_type": "albert",
-        "architectures": archs,
-        "vocab_size": config.vocab_size,
-        "embedding_size": config.embedding_size,
-        "hidden_size": config.hidden_size,
-        "num_hidden_layers": config.num_layers,
-        "num_hidden_groups": _groups(config),
-        "inner_group_num": 1,
-        "num_attention_heads": config.num_heads,
-        "intermediate_size": config.intermediate_size,
-        "max_position_embeddings": config.max_position,
-        "type_vocab_size": config.type_vocab_size,
-        "hidden_act": _OUR_ACT[config.hidden_act],
-        "hidden_dropout_prob": config.dropout,
-        "attention_probs_dropout_prob": config.attention_dropout,
-        "layer_norm_eps": config.layer_norm_eps,
-        "initializer_range": config.initializer_range,
-        "pad_token_id": config.pad_token_id,
-        "position_embedding_type": "absolute",
-    }
-
-
-def _pairs(config: ModelConfig) -> list[tuple[str, str]]:
-    """Every (HF key, bertzoo key) pair of the encoder except the fused query/key/value."""
-    pairs = [(hf, f"encoder.{ours}") for hf, ours in ALBERT_EMBEDDING_KEYS]
-    for g in range(_groups(config)):
-        pairs += [(_LAYER.format(g=g) + hf, f"encoder.stack.layers.{g}.{ours}") for hf, ours in ALBERT_LAYER_KEYS]
-    return pairs
-
-
-def state_from_hf(state: dict[str, torch.Tensor], config: ModelConfig) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """HF ALBERT tensors -> bertzoo keys (`encoder.` backbone, `mlm_head.`, `nsp_head.` for SOP).
-    Returns (state, unused HF keys). Sets `config.pooler` to whether the checkpoint has one
-    (AlbertForMaskedLM has none)."""
-    src = normalise_hf_keys(state, prefix="albert.")
-    out: dict[str, torch.Tensor] = {}
-    used: set[str] = set()
-    for hf, ours in [*_pairs(config), *ALBERT_HEAD_KEYS]:
-        if hf in src:
-            out[ours] = src[hf]
-            used.add(hf)
-    for g in range(_groups(config)):
-        for part in ("weight", "bias"):
-            names = [f"{_LAYER.format(g=g)}attention.{n}.{part}" for n in _QKV]
-            fused = fuse_qkv(src, names)
-            if fused is not None:
-                out[f"encoder.stack.layers.{g}.attention.qkv.{part}"] = fused
-                used.update(names)
-    if not config.tie_word_embeddings and "predictions.decoder.weight" in src:
-        out["mlm_head.decoder.weight"] = src["predictions.decoder.weight"]
-        used.add("predictions.decoder.weight")
-    config.pooler = "encoder.pooler.dense.weight" in out
-    ignorable = {
-        "predictions.decoder.weight",
-        "predictions.decoder.bias",
-        "embeddings.position_ids",
-        "embeddings.token_type_ids",
-    }
-    unused = sorted(k for k in src if k not in used and k not in ignorable)
-    return out, unused
-
-
-def state_to_hf(state: dict[str, torch.Tensor], config: ModelConfig, *, prefix: str = "") -> dict[str, torch.Tensor]:
-    """bertzoo keys -> HF ALBERT keys. An empty prefix gives AlbertModel names; any other (the
-    exporter passes BERT's "bert.") gives the heads models' `albert.` names."""
-    if config.share in ("attention", "ffn"):
-        config_to_hf(config)  # raises the explanation
-    base = "albert." if prefix else ""
-    out: dict[str, torch.Tensor] = {}
-    for hf, ours in _pairs(config):
-        if ours in state:
-            out[base + hf] = state[ours]
-    h = config.hidden_size
-    for g in range(_groups(config)):
-        for part in ("weight", "bias"):
-            fused = state.get(f"encoder.stack.layers.{g}.attention.qkv.{part}")
-            if fused is None:
-                continue
-            for n, t in zip(_QKV, split_qkv(fused, h), strict=True):
-                out[f"{base}{_LAYER.format(g=g)}attention.{n}.{part}"] = t
-    for hf, ours in ALBERT_HEAD_KEYS:
-        if ours in state:
-            out[hf] = state[ours]
-    if not config.tie_word_embeddings and "mlm_head.decoder.weight" in state:
-        out["predictions.decoder.weight"] = state["mlm_head.decoder.weight"]
-    return {k: v.contiguous() for k, v in out.items()}
+    """A Hugging Face AlbertConfig dict: whole-layer sharing is one group of one layer, none is
+    num_hidden_layers groups; attention- or FFN-only sharing has no counterpart."""
+    hf_keys.check_exportable(config, "albert", shares=("none", "all"), factorized=True)
+    return hf_keys.config_to_hf(
+        config,
+        HF,
+        architectures,
+        embedding_size=config.embedding_size,
+        num_hidden_groups=hf_keys.stored_layers(config),
+        inner_group_num=1,
+    )

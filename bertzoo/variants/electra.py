@@ -19,7 +19,6 @@ ELECTRA is 15% of tokens, 85% of them [MASK] and 15% kept (replace_random 0), as
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +26,15 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertzoo import hf_keys, io
 from bertzoo.batch import Batch
 from bertzoo.config import ModelConfig, from_dict, preset_config
-from bertzoo.convert import expand, fuse_qkv, normalise_hf_keys, split_qkv
 from bertzoo.errors import CheckpointError, ConfigError
+from bertzoo.hf_keys import HFFamily
 from bertzoo.model import Encoder
 from bertzoo.objectives.electra import SAMPLE_UNIFORM, Discriminator, Electra, make_generator
 from bertzoo.objectives.mlm import MaskedLM
-from bertzoo.variants.bert import BERT_ENCODER_KEYS
+from bertzoo.variants import bert
 
 # The discriminator's sizes, from the paper's Table 6 (small also from Google's configure_pretraining.py,
 # embedding_size 128). electra-mini is a 4-layer small for CPU demos. ELECTRA has no pooler.
@@ -61,7 +61,6 @@ GENERATOR_SIZE = {"electra-mini": 0.25, "electra-small": 0.25, "electra-base": 1
 
 OBJECTIVES = ("electra", "mlm")
 DEFAULT_OBJECTIVE = "electra"
-HF_MODEL_TYPE = "electra"
 OBJECTIVE_ARGS = ("generator_size", "generator", "rtd_weight", "stage", "generator_checkpoint")
 SAMPLE_STREAM = "electra-sample"
 
@@ -145,19 +144,27 @@ def build(config: ModelConfig, objective: str = "electra", **args: Any) -> nn.Mo
             f"{config.vocab_size}; use the same tokenizer for both stages"
         )
     model = Electra(config, generator.config, rtd_weight=rtd_weight, stage="discriminator")
-    from bertzoo.hub import load_into
-
-    load_into(model.generator, generator.state_dict(), source=str(checkpoint))
+    io.load_into(model.generator, generator.state_dict(), source=str(checkpoint))
     model.init_discriminator_from_generator()
     return model
 
 
+def _electra_only(model_type: Any) -> HFFamily:
+    if model_type != HF.model_type:
+        raise CheckpointError(f"a Hugging Face {model_type!r} checkpoint is not an ELECTRA generator")
+    return HF
+
+
 def load_generator(path: str | Path) -> MaskedLM:
     """The generator of an ELECTRA checkpoint, or a masked-LM checkpoint (bertzoo or Hugging Face
-    ElectraForMaskedLM) used as one."""
-    from bertzoo.hub import load_pretraining
-
-    model = load_pretraining(path)
+    ElectraForMaskedLM) used as one. (Read here, with the IO layer, rather than through
+    bertzoo.loading: the variant sits below the loader, and an ELECTRA directory is all it reads.)"""
+    directory = Path(path)
+    if not directory.is_dir():
+        raise CheckpointError(f"generator checkpoint not found: {path}; pass the directory of the stage-generator run")
+    raw, config, state, _ = io.read_checkpoint(directory, _electra_only)
+    model = pretraining_model(raw, config, state)
+    io.load_into(model, state, source=str(directory))
     generator = model.generator if isinstance(model, Electra) else model
     if not isinstance(generator, MaskedLM):
         raise ConfigError(f"{path} holds no masked-LM generator (found {type(model).__name__})")
@@ -165,7 +172,7 @@ def load_generator(path: str | Path) -> MaskedLM:
 
 
 def pretraining_model(raw: dict[str, Any], config: ModelConfig, state: dict[str, torch.Tensor]) -> nn.Module:
-    """The (empty) module a pretraining checkpoint's weights go into; bertzoo.hub.load_pretraining
+    """The (empty) module a pretraining checkpoint's weights go into; bertzoo.loading.load_pretraining
     calls this for ELECTRA checkpoints: a joint checkpoint, a discriminator or a generator."""
     if raw.get("objective") == "electra" or any(k.startswith("discriminator.") for k in state):
         gen = raw.get("generator")
@@ -181,11 +188,9 @@ def pretraining_model(raw: dict[str, Any], config: ModelConfig, state: dict[str,
 # --- data ------------------------------------------------------------------------------------
 
 
-def examples(cfg, corpus, tokenizer):
-    """Single segments ([CLS] sentences [SEP]): ELECTRA has no sentence-pair task."""
-    from bertzoo.train.pretrain import _examples
-
-    return _examples(dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, nsp=False)), corpus, tokenizer)
+def examples(cfg, corpus, tokenizer, *, world_size: int = 1):
+    """Single segments ([CLS] sentences [SEP]): BERT's recipe without its sentence-pair task."""
+    return bert.examples(dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, nsp=False)), corpus, tokenizer)
 
 
 class ElectraCollator:
@@ -224,20 +229,17 @@ def collator(cfg, tokenizer) -> ElectraCollator:
 
 # --- Hugging Face interop ------------------------------------------------------------------
 
-_HF_ACT = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
-_OUR_ACT = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
-
 # (Hugging Face ElectraModel key, bertzoo Encoder key): BERT's layers, no pooler, plus the E -> hidden
 # projection that HF keeps outside its embeddings module.
-ELECTRA_ENCODER_KEYS: list[tuple[str, str]] = [
-    (hf, ours) for hf, ours in BERT_ENCODER_KEYS if not hf.startswith("pooler.")
-] + [
+ELECTRA_ENCODER_KEYS: tuple[tuple[str, str], ...] = tuple(
+    (hf, ours) for hf, ours in bert.BERT_ENCODER_KEYS if not hf.startswith("pooler.")
+) + (
     ("embeddings_project.weight", "embeddings.project.weight"),
     ("embeddings_project.bias", "embeddings.project.bias"),
-]
+)
 
 # (Hugging Face head key, bertzoo key): ElectraForPreTraining and ElectraForMaskedLM.
-ELECTRA_HEAD_KEYS: list[tuple[str, str]] = [
+ELECTRA_HEAD_KEYS: tuple[tuple[str, str], ...] = (
     ("discriminator_predictions.dense.weight", "rtd_head.dense.weight"),
     ("discriminator_predictions.dense.bias", "rtd_head.dense.bias"),
     ("discriminator_predictions.dense_prediction.weight", "rtd_head.prediction.weight"),
@@ -247,152 +249,84 @@ ELECTRA_HEAD_KEYS: list[tuple[str, str]] = [
     ("generator_predictions.LayerNorm.weight", "mlm_head.norm.weight"),
     ("generator_predictions.LayerNorm.bias", "mlm_head.norm.bias"),
     ("generator_lm_head.bias", "mlm_head.decoder.bias"),
-]
-_UNTIED_DECODER = ("generator_lm_head.weight", "mlm_head.decoder.weight")
-_QKV = ("query", "key", "value")
-_ARCH = {
-    "BertModel": "ElectraModel",
-    "BertForMaskedLM": "ElectraForMaskedLM",
-    "BertForPreTraining": "ElectraForPreTraining",
-}
+)
 
 
-def config_from_hf(raw: dict[str, Any]) -> ModelConfig:
-    """ModelConfig from a Hugging Face ElectraConfig dict."""
-    act = raw.get("hidden_act", "gelu")
-    if act not in _HF_ACT:
-        raise CheckpointError(f"activation {act!r} in the Hugging Face config is not supported")
-    pe = raw.get("position_embedding_type", "absolute")
-    if pe != "absolute":
-        raise CheckpointError(f"position_embedding_type={pe!r} is not supported; only 'absolute' positions convert")
-    hidden = raw["hidden_size"]
-    width = raw.get("embedding_size") or hidden
-    return ModelConfig(
-        variant="electra",
-        vocab_size=raw["vocab_size"],
-        hidden_size=hidden,
-        num_layers=raw["num_hidden_layers"],
-        num_heads=raw["num_attention_heads"],
-        intermediate_size=raw["intermediate_size"],
-        max_position=raw.get("max_position_embeddings", 512),
-        type_vocab_size=raw.get("type_vocab_size", 2),
-        embedding_size=width if width != hidden else None,
-        hidden_act=_HF_ACT[act],
-        dropout=raw.get("hidden_dropout_prob", 0.1),
-        attention_dropout=raw.get("attention_probs_dropout_prob", 0.1),
-        layer_norm_eps=raw.get("layer_norm_eps", 1e-12),
-        initializer_range=raw.get("initializer_range", 0.02),
-        pad_token_id=raw.get("pad_token_id", 0) or 0,
-        pooler=False,
-        tie_word_embeddings=raw.get("tie_word_embeddings", True),
-    )
+def _embedding_width(raw: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    """The factorized embedding width E (none when it equals the hidden size); ELECTRA has no pooler."""
+    hidden = fields["hidden_size"]
+    width = hf_keys.hf_value(raw, "embedding_size", "size", hidden)
+    return {"embedding_size": width if width != hidden else None, "pooler": False}
+
+
+HF = HFFamily(
+    model_type="electra",
+    variant="electra",
+    base="electra.",
+    encoder_keys=ELECTRA_ENCODER_KEYS,
+    qkv=bert.BERT_QKV,
+    head_keys=ELECTRA_HEAD_KEYS,
+    untied_decoder="generator_lm_head.weight",
+    tied_copies=frozenset({"generator_lm_head.weight"}),
+    read_fields=_embedding_width,
+    architectures={
+        "BertModel": "ElectraModel",
+        "BertForMaskedLM": "ElectraForMaskedLM",
+        "BertForPreTraining": "ElectraForPreTraining",
+        "BertForTokenClassification": "ElectraForTokenClassification",
+        "BertForQuestionAnswering": "ElectraForQuestionAnswering",
+    },
+    refused={
+        "BertForSequenceClassification": "ElectraForSequenceClassification has its own head (dense + gelu + "
+        "out_proj on [CLS]), not the pooler + linear classifier this model has",
+        "BertForMultipleChoice": "ElectraForMultipleChoice reads a sequence summary, not the pooler + linear "
+        "classifier this model has",
+    },
+)
 
 
 def config_to_hf(config: ModelConfig, architectures: list[str] | None = None) -> dict[str, Any]:
     """A Hugging Face ElectraConfig dict; BERT class names (from the generic exporter) become ELECTRA's."""
-    if config.norm != "post" or config.position != "learned" or config.share != "none" or config.position_offset:
-        raise CheckpointError(
-            "only post-norm encoders with learned positions from 0 and no layer sharing export to the "
-            "Hugging Face 'electra' architecture"
-        )
+    hf_keys.check_exportable(config, "electra", factorized=None)
     if config.pooler:
         raise CheckpointError("Hugging Face ELECTRA has no pooler; build the model with pooler=False")
-    archs = [_ARCH.get(a, a.replace("Bert", "Electra", 1)) for a in architectures or ["ElectraModel"]]
-    return {
-        "model_type": "electra",
-        "architectures": archs,
-        "vocab_size": config.vocab_size,
-        "embedding_size": config.embedding_size or config.hidden_size,
-        "hidden_size": config.hidden_size,
-        "num_hidden_layers": config.num_layers,
-        "num_attention_heads": config.num_heads,
-        "intermediate_size": config.intermediate_size,
-        "max_position_embeddings": config.max_position,
-        "type_vocab_size": config.type_vocab_size,
-        "hidden_act": _OUR_ACT[config.hidden_act],
-        "hidden_dropout_prob": config.dropout,
-        "attention_probs_dropout_prob": config.attention_dropout,
-        "layer_norm_eps": config.layer_norm_eps,
-        "initializer_range": config.initializer_range,
-        "pad_token_id": config.pad_token_id,
-        "position_embedding_type": "absolute",
-        "tie_word_embeddings": bool(config.tie_word_embeddings),
-    }
+    return hf_keys.config_to_hf(
+        config,
+        HF,
+        architectures,
+        embedding_size=config.embedding_size or config.hidden_size,
+        tie_word_embeddings=bool(config.tie_word_embeddings),
+    )
 
 
-def state_from_hf(state: dict[str, torch.Tensor], config: ModelConfig) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """HF ELECTRA tensors -> bertzoo keys: `encoder.*`, plus `rtd_head.*` (ElectraForPreTraining) or
-    `mlm_head.*` (ElectraForMaskedLM). Returns (state, unused HF keys)."""
-    src = normalise_hf_keys(state, prefix="electra.")
-    out: dict[str, torch.Tensor] = {}
-    used: set[str] = set()
-    for hf, ours in expand(ELECTRA_ENCODER_KEYS, config.num_layers):
-        if hf in src:
-            out[f"encoder.{ours}"] = src[hf]
-            used.add(hf)
-    for i in range(config.num_layers):
-        for part in ("weight", "bias"):
-            names = [f"encoder.layer.{i}.attention.self.{n}.{part}" for n in _QKV]
-            fused = fuse_qkv(src, names)
-            if fused is not None:
-                out[f"encoder.stack.layers.{i}.attention.qkv.{part}"] = fused
-                used.update(names)
-    heads = ELECTRA_HEAD_KEYS + ([] if config.tie_word_embeddings else [_UNTIED_DECODER])
-    for hf, ours in heads:
-        if hf in src:
-            out[ours] = src[hf]
-            used.add(hf)
-    # A tied decoder weight is a copy of the word embeddings; the buffers are recomputed.
-    ignorable = {"generator_lm_head.weight", "embeddings.position_ids", "embeddings.token_type_ids"}
-    unused = sorted(k for k in src if k not in used and k not in ignorable)
-    return out, unused
-
-
-def state_to_hf(state: dict[str, torch.Tensor], config: ModelConfig, *, prefix: str = "") -> dict[str, torch.Tensor]:
-    """bertzoo keys (`encoder.` for the backbone) -> HF ELECTRA keys. prefix "" gives ElectraModel names;
-    any other prefix (the generic exporter passes "bert.") gives the heads models' `electra.` names."""
-    base = "electra." if prefix else ""
-    out: dict[str, torch.Tensor] = {}
-    for hf, ours in expand(ELECTRA_ENCODER_KEYS, config.num_layers):
-        if f"encoder.{ours}" in state:
-            out[base + hf] = state[f"encoder.{ours}"]
-    for i in range(config.num_layers):
-        for part in ("weight", "bias"):
-            fused = state.get(f"encoder.stack.layers.{i}.attention.qkv.{part}")
-            if fused is not None:
-                for n, t in zip(_QKV, split_qkv(fused, config.hidden_size), strict=True):
-                    out[f"{base}encoder.layer.{i}.attention.self.{n}.{part}"] = t
-    heads = ELECTRA_HEAD_KEYS + ([] if config.tie_word_embeddings else [_UNTIED_DECODER])
-    for hf, ours in heads:
-        if ours in state:
-            out[hf] = state[ours]
-    return {k: v.contiguous() for k, v in out.items()}
-
-
-def write_hf(module: nn.Module, directory: str | Path) -> str:
+def write_hf(module: nn.Module, directory: str | Path) -> Path:
     """Write a Hugging Face ELECTRA directory: ElectraForPreTraining for a Discriminator,
     ElectraForMaskedLM for a generator (MaskedLM), ElectraModel for an Encoder."""
-    from safetensors.torch import save_file
-
-    from bertzoo.hub import CONFIG, WEIGHTS, _replace_atomically
-
     if isinstance(module, Encoder):
-        config, state, prefix, arch = (
-            module.config,
-            {f"encoder.{k}": v for k, v in module.state_dict().items()},
-            "",
-            "ElectraModel",
-        )
+        state, prefix, arch = {f"encoder.{k}": v for k, v in module.state_dict().items()}, "", "BertModel"
     elif isinstance(module, Discriminator):
-        config, state, prefix, arch = module.config, module.state_dict(), "electra.", "ElectraForPreTraining"
+        state, prefix, arch = module.state_dict(), "bert.", "BertForPreTraining"
     elif isinstance(module, MaskedLM) and module.nsp_head is None:
-        config, state, prefix, arch = module.config, module.state_dict(), "electra.", "ElectraForMaskedLM"
+        state, prefix, arch = module.state_dict(), "bert.", "BertForMaskedLM"
     else:
         raise CheckpointError(f"{type(module).__name__} has no Hugging Face ELECTRA counterpart")
-    hf_state = state_to_hf(state, config, prefix=prefix)
-    hf_config = config_to_hf(config, [arch])
+    hf_config = config_to_hf(module.config, [arch])
+    hf_state = hf_keys.state_to_hf(state, module.config, HF, prefix=prefix)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    _replace_atomically(lambda p: save_file(hf_state, p, metadata={"format": "pt"}), directory / WEIGHTS)
-    _replace_atomically(lambda p: Path(p).write_text(json.dumps(hf_config, indent=2) + "\n"), directory / CONFIG)
-    return str(directory)
+    io.write_safetensors(hf_state, directory / io.WEIGHTS)
+    io.write_json(directory / io.CONFIG, hf_config)
+    return directory
+
+
+def export_hf(module: nn.Module, directory: str | Path) -> Path | None:
+    """The exporter's hook for ELECTRA's own modules: the discriminator as ElectraForPreTraining; the
+    joint objective as that in `directory` plus the generator as ElectraForMaskedLM in
+    `directory/generator` (transformers has no joint class). None: the generic exporter's module."""
+    if isinstance(module, Electra):
+        write_hf(module.discriminator, directory)
+        write_hf(module.generator, Path(directory) / "generator")
+        return Path(directory)
+    if isinstance(module, Discriminator):
+        return write_hf(module, directory)
+    return None

@@ -13,7 +13,7 @@ multi-task pretraining.
   available here are masked-LM tasks with different masking (token, whole_word, phrase, entity,
   span); ERNIE 2.0's sentence- and document-level tasks are not implemented.
 
-Word, phrase and entity boundaries come from the shards' unit flags (`bertzoo.data.segment`):
+Word, phrase and entity boundaries come from the shards' unit flags (`bertzoo.data.annotate`):
 `data.lexicon` names the annotation source (`builtin:peoples-daily` gold tags, a `word/TAG` file, a
 lexicon, `jieba`) and is applied (and stored beside the shards) on first use; empty = jieba when
 installed, else characters. The stage of an example is a function of its (epoch, index) and the
@@ -25,17 +25,16 @@ task embedding when `use_task_id` is set.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from typing import Any
 
-import torch
-
+from bertzoo import hf_keys
 from bertzoo.config import ModelConfig, PretrainConfig, preset_config, resolve_batching
-from bertzoo.convert import normalise_hf_keys
 from bertzoo.errors import ConfigError
+from bertzoo.hf_keys import HFFamily
 from bertzoo.model import Encoder
 from bertzoo.objectives.mlm import MaskedLM
-from bertzoo.train.distributed import dist_info
 from bertzoo.variants import bert
 
 # BERT-base shapes (the released ERNIE 1.0 Chinese model has an 18k vocabulary and 513 positions;
@@ -76,7 +75,6 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 OBJECTIVES = ("mlm", "mlm+nsp")
 DEFAULT_OBJECTIVE = "mlm"
-HF_MODEL_TYPE = "ernie"
 # ERNIE 1.0's three stages, a third of training each.
 DEFAULT_STAGES: list[dict[str, Any]] = [
     {"strategy": "token", "start": 0.0},
@@ -130,7 +128,8 @@ def build(
 
 def unit_flags(corpus, annotations: str):
     """The shards' unit flags for `annotations` (data.lexicon), computed and stored on first use."""
-    from bertzoo.data.segment import AnnotationMismatch, annotate_shards, load_unit_flags
+    from bertzoo.data.annotate import AnnotationMismatch, annotate_shards
+    from bertzoo.data.unit_sidecar import load_unit_flags
 
     flags = load_unit_flags(corpus)
     wanted = annotations or "auto"
@@ -144,29 +143,20 @@ def unit_flags(corpus, annotations: str):
         return annotate_shards(corpus, "auto")
 
 
-def examples(cfg: PretrainConfig, corpus, tokenizer):
-    """Single segments (NSP pairs with objective mlm+nsp) with unit flags and each example's stage."""
-    from bertzoo.data.examples import NspDataset
+def examples(cfg: PretrainConfig, corpus, tokenizer, *, world_size: int = 1):
+    """Single segments (NSP pairs with objective mlm+nsp) with unit flags and each example's stage,
+    which follows the optimizer step: hence the run's `world_size`."""
     from bertzoo.data.unit_collate import UnitDataset
 
-    objective = cfg.objective or DEFAULT_OBJECTIVE
-    inner = NspDataset(
-        corpus,
-        tokenizer,
-        max_seq_len=cfg.data.max_seq_len,
-        seed=cfg.train.seed,
-        short_seq_prob=cfg.data.short_seq_prob,
-        nsp_random_prob=cfg.data.nsp_random_prob,
-        nsp=objective == "mlm+nsp",
-    )
-    world = dist_info().world_size
-    train_cfg = resolve_batching(cfg.train, world)
+    nsp = (cfg.objective or DEFAULT_OBJECTIVE) == "mlm+nsp"
+    inner = bert.examples(dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, nsp=nsp)), corpus, tokenizer)
+    train_cfg = resolve_batching(cfg.train, world_size)
     return UnitDataset(
         inner,
         unit_flags(corpus, cfg.data.lexicon),
         schedule=schedule(cfg.objective_args, cfg.data.masking.strategy),
         seed=cfg.train.seed,
-        global_batch=cfg.train.batch_size * world,
+        global_batch=cfg.train.batch_size * world_size,
         grad_accum=train_cfg.grad_accum,
         max_steps=cfg.train.max_steps,
         epochs=cfg.train.epochs,
@@ -189,40 +179,34 @@ def collator(cfg: PretrainConfig, tokenizer):
 
 # --- Hugging Face interop: BERT's key map under the `ernie.` prefix, plus the task embedding -------
 
-_TASK_KEY = ("embeddings.task_type_embeddings.weight", "encoder.embeddings.task_type.weight")
+
+def _task_embedding(raw: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    """ERNIE 2.0's task embedding rows, when the checkpoint uses task ids."""
+    use = hf_keys.hf_value(raw, "use_task_id", "bool", False)
+    return {"task_type_vocab_size": hf_keys.hf_value(raw, "task_type_vocab_size", "size", 3) if use else 0}
 
 
-def config_from_hf(raw: dict[str, Any]) -> ModelConfig:
-    """ModelConfig from a Hugging Face ErnieConfig dict."""
-    config = bert.config_from_hf(raw)
-    config.variant = "ernie"
-    config.task_type_vocab_size = int(raw.get("task_type_vocab_size", 3)) if raw.get("use_task_id") else 0
-    return config
+HF = HFFamily(
+    model_type="ernie",
+    variant="ernie",
+    base="ernie.",
+    encoder_keys=bert.BERT_ENCODER_KEYS + (("embeddings.task_type_embeddings.weight", "embeddings.task_type.weight"),),
+    qkv=bert.BERT_QKV,
+    head_keys=bert.BERT_HEAD_KEYS,
+    untied_decoder=bert.HF.untied_decoder,
+    tied_copies=bert.HF.tied_copies,
+    read_fields=_task_embedding,
+    architectures={name: name.replace("Bert", "Ernie", 1) for name in hf_keys.BERT_CLASSES},
+)
 
 
 def config_to_hf(config: ModelConfig, architectures: list[str] | None = None) -> dict[str, Any]:
     """A Hugging Face ErnieConfig dict (architectures named Bert... become Ernie...)."""
-    out = bert.config_to_hf(config, [a.replace("Bert", "Ernie", 1) for a in architectures or ["ErnieModel"]])
-    out["model_type"] = "ernie"
-    out["use_task_id"] = config.task_type_vocab_size > 0
-    out["task_type_vocab_size"] = config.task_type_vocab_size or 3
-    return out
-
-
-def state_from_hf(state: dict[str, torch.Tensor], config: ModelConfig) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """HF ERNIE tensors -> bertzoo keys; returns (state, unused HF keys)."""
-    src = normalise_hf_keys(state, prefix="ernie.")
-    out, unused = bert.state_from_hf(src, config)
-    if _TASK_KEY[0] in src:
-        out[_TASK_KEY[1]] = src[_TASK_KEY[0]]
-        unused = [k for k in unused if k != _TASK_KEY[0]]
-    return out, unused
-
-
-def state_to_hf(state: dict[str, torch.Tensor], config: ModelConfig, *, prefix: str = "") -> dict[str, torch.Tensor]:
-    """bertzoo keys -> HF ERNIE keys (`ernie.` where BERT heads models use `bert.`)."""
-    prefix = "ernie." if prefix == "bert." else prefix
-    out = bert.state_to_hf(state, config, prefix=prefix)
-    if _TASK_KEY[1] in state:
-        out[prefix + _TASK_KEY[0]] = state[_TASK_KEY[1]].contiguous()
-    return out
+    hf_keys.check_exportable(config, "ernie")
+    return hf_keys.config_to_hf(
+        config,
+        HF,
+        architectures,
+        use_task_id=config.task_type_vocab_size > 0,
+        task_type_vocab_size=config.task_type_vocab_size or 3,
+    )

@@ -15,13 +15,13 @@ out of an export.
 
 from __future__ import annotations
 
-from pathlib import Path
+import dataclasses
 from typing import Any
 
 import torch
 
 from bertzoo.config import ModelConfig, PretrainConfig, preset_config
-from bertzoo.errors import CheckpointError, ConfigError
+from bertzoo.errors import ConfigError
 from bertzoo.model import Encoder
 from bertzoo.objectives.span import SpanBoundaryLM
 from bertzoo.variants import bert
@@ -62,21 +62,13 @@ def masking_strategy(cfg: PretrainConfig) -> str:
     return DEFAULT_STRATEGY if strategy == "token" else strategy
 
 
-def examples(cfg: PretrainConfig, corpus, tokenizer):
+def examples(cfg: PretrainConfig, corpus, tokenizer, *, world_size: int = 1):
     """Single contiguous segments (no NSP); with the shards' unit flags when they have a sidecar
-    (`bertzoo.data.segment`: Chinese words), else WordPiece words are derived in the collator."""
-    from bertzoo.data.examples import NspDataset
-    from bertzoo.data.segment import load_unit_flags
+    (`bertzoo.data.unit_sidecar`: Chinese words), else WordPiece words are derived in the collator."""
     from bertzoo.data.unit_collate import UnitDataset
+    from bertzoo.data.unit_sidecar import load_unit_flags
 
-    dataset = NspDataset(
-        corpus,
-        tokenizer,
-        max_seq_len=cfg.data.max_seq_len,
-        seed=cfg.train.seed,
-        short_seq_prob=cfg.data.short_seq_prob,
-        nsp=False,
-    )
+    dataset = bert.examples(dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, nsp=False)), corpus, tokenizer)
     flags = load_unit_flags(corpus)
     return UnitDataset(dataset, flags, seed=cfg.train.seed) if flags is not None else dataset
 
@@ -97,43 +89,17 @@ def collator(cfg: PretrainConfig, tokenizer):
 
 def pretraining_model(raw: dict[str, Any], config: ModelConfig, state: dict[str, torch.Tensor]) -> SpanBoundaryLM:
     """The (unloaded) pretraining module a checkpoint's config and tensors describe; the hook
-    `bertzoo.hub.load_pretraining` calls for variants whose module is not plain `MaskedLM`."""
+    `bertzoo.loading.load_pretraining` calls for variants whose module is not plain `MaskedLM`."""
     objective = raw.get("objective") or ("mlm+sbo" if any(k.startswith("sbo_head.") for k in state) else "mlm")
     positions = state.get("sbo_head.position.weight")
     size = int(raw.get("sbo_max_positions", positions.shape[0] if positions is not None else 32))
     return build(config, objective=objective, sbo_max_positions=size)
 
 
-def load_pretraining(path: str | Path) -> SpanBoundaryLM:
-    """A SpanBERT pretraining module (encoder, MLM and SBO heads) from a bertzoo checkpoint."""
-    from bertzoo.hub import load_into, load_weights, read_config, resolve
-
-    directory = resolve(path)
-    raw, config, is_hf = read_config(directory)
-    if is_hf:
-        raise CheckpointError(
-            f"{directory} is a Hugging Face checkpoint; SpanBERT's released models are BERT models, load them "
-            "with bertzoo.hub.load_pretraining or load_encoder"
-        )
-    state = load_weights(directory)
-    model = pretraining_model(raw, config, state)
-    load_into(model, state, source=str(directory))
-    return model
-
-
 # --- Hugging Face interop: the BERT architecture ---------------------------------------------
 
-
-def config_to_hf(config: ModelConfig, architectures: list[str] | None = None) -> dict[str, Any]:
-    """A Hugging Face BertConfig dict (SpanBERT is a BERT model)."""
-    return bert.config_to_hf(config, architectures)
-
-
-def state_to_hf(state: dict[str, torch.Tensor], config: ModelConfig, *, prefix: str = "") -> dict[str, torch.Tensor]:
-    """BERT keys; the span boundary head has no Hugging Face counterpart and is dropped."""
-    return bert.state_to_hf({k: v for k, v in state.items() if not k.startswith("sbo_head.")}, config, prefix=prefix)
-
-
-def state_from_hf(state: dict[str, torch.Tensor], config: ModelConfig) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """BERT tensors -> bertzoo keys (used for ModelConfig.variant == "spanbert")."""
-    return bert.state_from_hf(state, config)
+# SpanBERT's released checkpoints are `bert` models, so a Hugging Face import is a BERT (this family
+# is not `HF.variant`); an export writes BERT's keys, and the span boundary head, which has no
+# Hugging Face counterpart, is left out because BERT's key map does not name it.
+HF = bert.HF
+config_to_hf = bert.config_to_hf
