@@ -42,6 +42,10 @@ RECIPES: dict[str, dict[str, Any]] = {
     "pre-ln": {"vocab": 30000, "overrides": {"model.norm": "pre"}},
     "seq64": {"vocab": 30000, "overrides": {"data.max_seq_len": 64, "train.batch_size": 64}},
     "no-nsp": {"vocab": 30000, "overrides": {"objective": "mlm", "data.nsp": False}},
+    # Untied MLM decoder: a tied one pushes every rare token's embedding the same way (the softmax's
+    # "not this word" gradient), so after a few hundred steps rare words share one direction.
+    "untied": {"vocab": 30000, "overrides": {"model.tie_word_embeddings": False}},
+    "untied-8k": {"vocab": 8192, "overrides": {"model.tie_word_embeddings": False}},
     "combined": {
         "vocab": 8192,
         "overrides": {"model.dropout": 0.0, "model.attention_dropout": 0.0, "data.masking.mask_prob": 0.3},
