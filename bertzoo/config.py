@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -355,12 +356,18 @@ def _coerce(tp: Any, value: Any, path: str) -> Any:
                 return float(value)
             except OverflowError:  # an integer beyond float range
                 raise ConfigError(f"{path} is out of range for a number") from None
+        if isinstance(value, str) and _FLOAT_LITERAL.fullmatch(value.strip()):
+            # YAML 1.1 reads 1e-3 (no dot) as a string; everyone writes learning rates that way.
+            return float(value)
         raise ConfigError(f"{path} must be a number, got {value!r}")
     if tp is str:
         if isinstance(value, str):
             return value
         raise ConfigError(f"{path} must be a string, got {value!r}")
     return value
+
+
+_FLOAT_LITERAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
 def parse_scalar(text: str) -> Any:

@@ -177,7 +177,7 @@ def finetune_topics(model: list[str], out: Path, args) -> dict:
             # A few CPU minutes of pretraining leave [CLS] nearly input-independent (scripts/diagnose_encoder.py
             # measures it): read the mean of the tokens, and a learning rate a 4-layer model can use.
             "--technique.pooling=mean",
-            "--train.lr=1e-3",
+            "--train.lr=1.0e-3",
             *subset,
         ]
     )

@@ -656,3 +656,13 @@ def test_manifest_cannot_point_outside_the_checkpoint(small_run, tmp_path):
 def test_every_expected_error_is_a_bertzoo_error():
     for cls in (ConfigError, DataError, CheckpointError, DiskFullError, NonFiniteModelError):
         assert issubclass(cls, BertzooError)
+
+
+@pytest.mark.parametrize(("text", "value"), [("1e-3", 1e-3), ("5E-4", 5e-4), ("2e+1", 20.0), (".5e-2", 0.005)])
+def test_exponent_without_a_dot_is_a_number(text, value):
+    """YAML 1.1 reads `1e-3` as a string; the README's own overrides (`--train.lr 5e-4`) must work."""
+    from bertzoo.config import parse_scalar
+
+    assert load_pretrain_config(None, {"train.lr": parse_scalar(text)}).train.lr == value
+    with pytest.raises(ConfigError, match=r"train\.lr must be a number, got '1e'"):
+        load_pretrain_config(None, {"train.lr": parse_scalar("1e")})
