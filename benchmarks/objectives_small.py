@@ -111,7 +111,7 @@ def finetune_dev(init: dict[str, Any], out: Path, seed: int, args) -> dict[str, 
 def run_seed(name: str, shards: dict[str, Path], out: Path, seed: int, args) -> dict[str, Any]:
     kind = FAMILIES.get(name, {"tokenizer": "wordpiece"})["tokenizer"]
     if name == RANDOM_INIT:  # BERT-mini's architecture and tokenizer, random weights
-        init = {"model": "", "model_config": {"preset": "bert-mini"}, "tokenizer": str(shards[kind])}
+        init = {"model": "", "model_config": {"preset": "bert-mini"}, "tokenizer": str(shards[kind] / "tokenizer")}
         row: dict[str, Any] = {"family": name, "seed": seed, "pretrain_tokens": 0}
     else:
         summary = pretrain_family(name, shards[kind], out, seed, args)
