@@ -16,7 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertzoo import hf_keys, io
+import bertzoo.hf_keys as hf_keys
+import bertzoo.io as io
 from bertzoo.config import ModelConfig
 from bertzoo.errors import CheckpointError
 from bertzoo.hf_keys import is_hf_config

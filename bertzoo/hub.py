@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bertzoo import io
+import bertzoo.io as io
 from bertzoo.config import read_json
 from bertzoo.convert import HF_PROBLEM, HF_TASK_HEADS, export_finetuned_hf, export_hf, find_head
 from bertzoo.errors import CheckpointError, ConfigError

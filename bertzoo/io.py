@@ -23,7 +23,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file, save_model
 from torch import nn
 
-from bertzoo import hf_keys
+import bertzoo.hf_keys as hf_keys
 from bertzoo.config import ModelConfig, from_dict, read_json
 from bertzoo.errors import CheckpointError, DiskFullError, is_disk_full
 from bertzoo.hf_keys import HFFamily

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertzoo import io
+import bertzoo.io as io
 from bertzoo.config import FinetuneConfig, ModelConfig, from_dict, read_json
 from bertzoo.convert import HF_TASK_HEADS
 from bertzoo.errors import CheckpointError, ConfigError, DataError

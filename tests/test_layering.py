@@ -62,10 +62,15 @@ def imports_of(module: str, path: Path, known: set[str]) -> set[str]:
             source = _resolve(module, is_package, node.level, node.module)
             if source != PACKAGE and not source.startswith(PACKAGE + "."):
                 continue
+            # `from bertzoo.x import y` runs bertzoo/x/__init__.py whatever y is, so it imports the
+            # package bertzoo.x too (and, with y a submodule, bertzoo.x.y). A package __init__ that
+            # imports its own modules then closes a cycle with any of them written this way: write
+            # `import bertzoo.x.y as y` instead.
+            add(source)
             for alias in node.names:
                 sub = f"{source}.{alias.name}"
-                # `from bertzoo.x import y` with y a submodule imports bertzoo.x.y; otherwise bertzoo.x.
-                add(sub if sub in known else source)
+                if sub in known:
+                    add(sub)
     found.discard(module)
     return found
 
@@ -243,9 +248,20 @@ def test_imports_inside_functions_and_relative_ones_count(tmp_path: Path) -> Non
     )
     graph = import_graph(root)
     assert graph["bertzoo.a"] == {"bertzoo.b"}
-    assert graph["bertzoo.b"] == {"bertzoo.sub.leaf"}  # a submodule named in `from ... import`
-    assert graph["bertzoo.sub.leaf"] == {"bertzoo.a", "bertzoo.sub"}
+    # A submodule named in `from ... import` counts, and so does the package whose __init__ it runs.
+    assert graph["bertzoo.b"] == {"bertzoo.sub", "bertzoo.sub.leaf"}
+    assert graph["bertzoo.sub.leaf"] == {"bertzoo", "bertzoo.a", "bertzoo.sub"}
     assert strongly_connected(graph) == [["bertzoo.a", "bertzoo.b", "bertzoo.sub.leaf"]]
+
+
+def test_a_package_init_and_a_from_import_of_its_own_module_make_a_cycle(tmp_path: Path) -> None:
+    """pkg/__init__.py imports pkg.m, and pkg.n does `from pkg import m`: importing pkg.n runs
+    pkg/__init__ again mid-import. `import pkg.m as m` names the module alone and is no cycle."""
+    files = {"__init__.py": "", "pkg/__init__.py": "from bertzoo.pkg import n\n", "pkg/m.py": ""}
+    cyclic = _package(tmp_path / "a", {**files, "pkg/n.py": "from bertzoo.pkg import m\n"})
+    assert strongly_connected(import_graph(cyclic)) == [["bertzoo.pkg", "bertzoo.pkg.n"]]
+    plain = _package(tmp_path / "b", {**files, "pkg/n.py": "import bertzoo.pkg.m as m\n"})
+    assert strongly_connected(import_graph(plain)) == []
 
 
 def test_an_acyclic_package_passes_and_a_cycle_is_named(tmp_path: Path) -> None:

@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
+import bertzoo.data.rng as rng_mod
 from bertzoo.config import DataConfig
-from bertzoo.data import rng as rng_mod
 from bertzoo.data.shards import ShardedCorpus
 from bertzoo.data.tokenizer import SpecialIds, Tokenizer
 from bertzoo.errors import ConfigError, DataError

@@ -24,9 +24,9 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
+import bertzoo.data.rng as rng
 from bertzoo.batch import IGNORE_INDEX
 from bertzoo.config import MaskingConfig
-from bertzoo.data import rng
 from bertzoo.errors import ConfigError
 
 __all__ = [

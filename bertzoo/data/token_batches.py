@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from bertzoo.data import rng as rng_mod
+import bertzoo.data.rng as rng_mod
 from bertzoo.errors import ConfigError, DataError
 
 __all__ = ["TokenBudgetDataset", "pack_token_budget"]

@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 import torch
 
+import bertzoo.data.rng as rng
 from bertzoo.batch import IGNORE_INDEX, Batch
 from bertzoo.config import MaskingConfig
-from bertzoo.data import rng
 from bertzoo.data.collate import PretrainingCollator
 from bertzoo.data.masking import SELECTORS, UNIT_STRATEGIES, mask_tokens
 from bertzoo.data.rng import epoch_permutation

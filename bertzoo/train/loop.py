@@ -33,12 +33,12 @@ import numpy as np
 import torch
 from torch import nn
 
+import bertzoo.train.distributed as distributed
 from bertzoo.batch import Batch
 from bertzoo.config import TrainConfig, resolve_batching, to_plain
 from bertzoo.errors import ConfigError
 from bertzoo.io import write_atomic, write_dir_atomic
 from bertzoo.precision import cpu_capability, resolve_precision
-from bertzoo.train import distributed
 from bertzoo.train.checkpoint import load_checkpoint, save_checkpoint
 from bertzoo.train.compilation import CompiledModel
 from bertzoo.train.devices import resolve_device, validate

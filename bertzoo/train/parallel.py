@@ -12,9 +12,9 @@ from typing import Any
 import torch
 from torch import nn
 
+import bertzoo.train.fsdp as fsdp
 from bertzoo.config import TrainConfig
 from bertzoo.errors import CheckpointError
-from bertzoo.train import fsdp
 from bertzoo.train.distributed import DistInfo
 from bertzoo.train.optim import build_optimizer, build_scheduler
 

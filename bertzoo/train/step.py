@@ -20,11 +20,11 @@ from typing import Any
 import torch
 from torch import nn
 
+import bertzoo.train.distributed as distributed
 from bertzoo.batch import Batch
 from bertzoo.config import TrainConfig
 from bertzoo.errors import BertzooError
 from bertzoo.precision import autocast_dtype
-from bertzoo.train import distributed
 from bertzoo.train.compilation import CompiledModel
 from bertzoo.train.metrics import RunningAverage
 from bertzoo.train.parallel import Parallel

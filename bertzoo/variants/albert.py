@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from bertzoo import hf_keys
+import bertzoo.hf_keys as hf_keys
 from bertzoo.config import ModelConfig, PretrainConfig, preset_config
 from bertzoo.errors import CheckpointError, ConfigError
 from bertzoo.hf_keys import HFFamily

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bertzoo import hf_keys
+import bertzoo.hf_keys as hf_keys
 from bertzoo.config import ModelConfig, PretrainConfig, preset_config
 from bertzoo.errors import ConfigError
 from bertzoo.hf_keys import HFFamily

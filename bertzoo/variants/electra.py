@@ -26,7 +26,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from bertzoo import hf_keys, io
+import bertzoo.hf_keys as hf_keys
+import bertzoo.io as io
+import bertzoo.variants.bert as bert
 from bertzoo.batch import Batch
 from bertzoo.config import ModelConfig, from_dict, preset_config
 from bertzoo.errors import CheckpointError, ConfigError
@@ -34,7 +36,6 @@ from bertzoo.hf_keys import HFFamily
 from bertzoo.model import Encoder
 from bertzoo.objectives.electra import SAMPLE_UNIFORM, Discriminator, Electra, make_generator
 from bertzoo.objectives.mlm import MaskedLM
-from bertzoo.variants import bert
 
 # The discriminator's sizes, from the paper's Table 6 (small also from Google's configure_pretraining.py,
 # embedding_size 128). electra-mini is a 4-layer small for CPU demos. ELECTRA has no pooler.
@@ -202,7 +203,7 @@ class ElectraCollator:
         self.seed = int(seed)
 
     def __call__(self, examples: list[dict[str, Any]]) -> Batch:
-        from bertzoo.data import rng  # lazily: the data pipeline is heavy to import
+        import bertzoo.data.rng as rng  # lazily: the data pipeline is heavy to import
 
         batch = self.base(examples)
         index = batch.example_index.numpy()[:, None]

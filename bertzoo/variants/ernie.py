@@ -29,13 +29,13 @@ import dataclasses
 import warnings
 from typing import Any
 
-from bertzoo import hf_keys
+import bertzoo.hf_keys as hf_keys
+import bertzoo.variants.bert as bert
 from bertzoo.config import ModelConfig, PretrainConfig, preset_config, resolve_batching
 from bertzoo.errors import ConfigError
 from bertzoo.hf_keys import HFFamily
 from bertzoo.model import Encoder
 from bertzoo.objectives.mlm import MaskedLM
-from bertzoo.variants import bert
 
 # BERT-base shapes (the released ERNIE 1.0 Chinese model has an 18k vocabulary and 513 positions;
 # the vocabulary size here always comes from the tokenizer). ERNIE 2.0 adds a 3-row task embedding.

@@ -20,11 +20,11 @@ from typing import Any
 
 import torch
 
+import bertzoo.variants.bert as bert
 from bertzoo.config import ModelConfig, PretrainConfig, preset_config
 from bertzoo.errors import ConfigError
 from bertzoo.model import Encoder
 from bertzoo.objectives.span import SpanBoundaryLM
-from bertzoo.variants import bert
 
 # BERT's sizes: the paper trains base and large; the small ones are for experiments on a laptop.
 PRESETS: dict[str, dict[str, Any]] = {
