@@ -160,7 +160,8 @@ class TrainConfig:
     adam_eps: float = 1e-6
     warmup_steps: int = 0
     warmup_ratio: float = 0.0  # used when warmup_steps is 0
-    schedule: Literal["linear", "constant", "cosine"] = "linear"
+    schedule: Literal["linear", "constant", "cosine", "wsd"] = "linear"
+    decay_ratio: float = 0.2  # wsd: share of all steps spent decaying to 0 at the end
     clip_norm: float | None = 1.0
     precision: Precision = "auto"  # resolved by bertzoo.precision from the device
     device: str = "auto"  # auto, cpu, cuda, cuda:1, ...

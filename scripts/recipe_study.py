@@ -1,13 +1,15 @@
 """Which BERT-mini pretraining recipe helps fine-tuning at a CPU budget? One lever at a time.
 
-Each recipe pretrains BERT-mini on the train split of built-in English Wikipedia for the same
-number of optimizer steps (the budget: `--steps`, about 10 minutes on the 2-core AVX2 machine
-for the baseline), then the pretrained model and the same architecture from random init fine-tune
-with one recipe on wiki-topics (a fixed subset, see --ft-examples) for each seed. Pretraining,
+A recipe is a lever name or several joined by "+" (`combined+bs16+wwm`, see LEVERS). Each pretrains
+BERT-mini on the train split of built-in English Wikipedia for the same budget (`--steps`, or
+`--tokens`: 1.8M tokens is about 10 minutes on the 2-core AVX2 machine), recording held-out MLM loss
+on the dev split eight times along the way, then the pretrained model and the same architecture
+from random init fine-tune with one recipe on wiki-topics (a fixed subset, see --ft-examples) for
+each seed. Pretraining,
 tokenizers and shards already under --out are reused, so recipes can be added one run at a time.
 Prints a table (mean +- sd over seeds) and writes results.json; the last line is JSON.
 
-    python scripts/recipe_study.py --recipes baseline vocab8k --steps 200 --seeds 0 1
+    python scripts/recipe_study.py --recipes baseline vocab8k combined+bs16 --tokens 1800000 --seeds 0 1
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 from bertzoo.config import load_pretrain_config
 from bertzoo.data.corpus import read_documents
 from bertzoo.data.shards import prepare_shards
-from bertzoo.data.tokenizer import train_wordpiece
+from bertzoo.data.tokenizer import Tokenizer, train_wordpiece
 from bertzoo.precision import cpu_capability
 from bertzoo.train.pretrain import pretrain
 
@@ -32,49 +34,85 @@ PRETRAIN = "configs/pretrain/bert-mini.yaml"
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from objectives_small import finetune_dev  # noqa: E402
 
-# Each lever changed alone against `baseline` (the config file as it is), then combined.
-RECIPES: dict[str, dict[str, Any]] = {
-    "baseline": {"vocab": 30000, "overrides": {}},
-    "vocab8k": {"vocab": 8192, "overrides": {}},
-    "no-dropout": {"vocab": 30000, "overrides": {"model.dropout": 0.0, "model.attention_dropout": 0.0}},
-    "mask30": {"vocab": 30000, "overrides": {"data.masking.mask_prob": 0.3}},
-    "lr2e-3": {"vocab": 30000, "overrides": {"train.lr": 2e-3}},
-    "pre-ln": {"vocab": 30000, "overrides": {"model.norm": "pre"}},
-    "seq64": {"vocab": 30000, "overrides": {"data.max_seq_len": 64, "train.batch_size": 64}},
-    "no-nsp": {"vocab": 30000, "overrides": {"objective": "mlm", "data.nsp": False}},
+# Levers, each changed alone against the config file as it is, or joined with "+" (vocab8k+pre-ln).
+LEVERS: dict[str, dict[str, Any]] = {
+    "baseline": {},
+    "vocab8k": {"vocab": 8192},
+    "vocab16k": {"vocab": 16384},
+    "no-dropout": {"model.dropout": 0.0, "model.attention_dropout": 0.0},
+    "mask30": {"data.masking.mask_prob": 0.3},
+    "lr5e-4": {"train.lr": 5e-4},
+    "lr2e-3": {"train.lr": 2e-3},
+    "lr3e-3": {"train.lr": 3e-3},
+    "beta98": {"train.adam_beta2": 0.98},
+    "one-cycle": {"train.warmup_ratio": 0.5},  # triangular: linear up to the peak at half-way, linear down
+    "wsd": {"train.schedule": "wsd", "train.decay_ratio": 0.2},
+    "pre-ln": {"model.norm": "pre"},
+    "seq64": {"data.max_seq_len": 64},
+    "bs16": {"train.batch_size": 16},
+    "bs64": {"train.batch_size": 64},
+    "no-nsp": {"objective": "mlm", "data.nsp": False},
+    "wwm": {"data.masking.strategy": "whole_word"},
     # Untied MLM decoder: a tied one pushes every rare token's embedding the same way (the softmax's
     # "not this word" gradient), so after a few hundred steps rare words share one direction.
-    "untied": {"vocab": 30000, "overrides": {"model.tie_word_embeddings": False}},
-    "untied-8k": {"vocab": 8192, "overrides": {"model.tie_word_embeddings": False}},
-    "combined": {
-        "vocab": 8192,
-        "overrides": {"model.dropout": 0.0, "model.attention_dropout": 0.0, "data.masking.mask_prob": 0.3},
-    },
+    "untied": {"model.tie_word_embeddings": False},
 }
+# Named combinations.
+LEVERS["combined"] = {**LEVERS["vocab8k"], **LEVERS["no-dropout"], **LEVERS["mask30"]}
 
 
-def shards_for(vocab: int, out: Path, docs: list[str]) -> Path:
-    shards = out / f"shards-{vocab}"
+def recipe(name: str) -> dict[str, Any]:
+    """Vocabulary size and config overrides of `name`: lever names joined by "+"."""
+    spec: dict[str, Any] = {"vocab": 30000, "overrides": {}}
+    for lever in name.split("+"):
+        if lever not in LEVERS:
+            raise SystemExit(f"unknown lever {lever!r}; choose from: {', '.join(LEVERS)}")
+        for key, value in LEVERS[lever].items():
+            if key == "vocab":
+                spec["vocab"] = value
+            else:
+                spec["overrides"][key] = value
+    return spec
+
+
+def shards_for(vocab: int, out: Path, docs: list[str], split: str = "train") -> Path:
+    """Shards of the train split (or the dev split, with the train split's tokenizer)."""
+    shards = out / f"shards-{vocab}" if split == "train" else out / f"shards-{vocab}-{split}"
     if not (shards / "meta.json").is_file():
-        tok = train_wordpiece(docs, vocab)
-        prepare_shards(docs, tok, shards, progress=False, overwrite=True, source="builtin:wiki-en")
+        if split == "train":
+            tok = train_wordpiece(docs, vocab)
+        else:
+            tok = Tokenizer.load(shards_for(vocab, out, docs) / "tokenizer")
+            docs = list(read_documents([f"builtin:wiki-en:{split}"]))
+        prepare_shards(docs, tok, shards, progress=False, overwrite=True, source=f"builtin:wiki-en:{split}")
     return shards
 
 
+def steps_for(spec: dict[str, Any], args) -> int:
+    """The step budget: --steps, or --tokens divided by the recipe's sequences per step x length."""
+    if not args.tokens:
+        return args.steps
+    cfg = load_pretrain_config(PRETRAIN, spec["overrides"])
+    return max(1, round(args.tokens / (cfg.train.batch_size * cfg.train.grad_accum * cfg.data.max_seq_len)))
+
+
 def run_recipe(name: str, out: Path, docs: list[str], args) -> dict[str, Any]:
-    spec = RECIPES[name]
+    spec = recipe(name)
     shards = shards_for(spec["vocab"], out, docs)
     pre_dir = out / name / "pretrain"
     done = pre_dir / "summary.json"
     if done.is_file():
         summary = json.loads(done.read_text())
     else:
+        steps = steps_for(spec, args)
         overrides = {
             **spec["overrides"],
             "data.shards": str(shards),
+            "data.eval_shards": str(shards_for(spec["vocab"], out, docs, "dev")),
             "train.output_dir": str(pre_dir),
-            "train.max_steps": args.steps,
-            "train.save_every": args.steps,
+            "train.max_steps": steps,
+            "train.eval_every": max(10, steps // 8),
+            "train.save_every": steps,
             "train.keep_last": 1,
             "train.seed": 0,
         }
@@ -82,12 +120,17 @@ def run_recipe(name: str, out: Path, docs: list[str], args) -> dict[str, Any]:
         summary = pretrain(load_pretrain_config(PRETRAIN, overrides))
         summary["wall_s"] = time.perf_counter() - t
     model = summary["final_dir"]
-    scratch_init = {"model": "", "model_config": {"preset": "bert-mini", **_arch(spec)}, "tokenizer": model}
+    arch = _arch(spec)
+    scratch_init = {"model": "", "model_config": {"preset": "bert-mini", **arch}, "tokenizer": model}
+    # Random init depends only on the architecture and vocabulary: shared by recipes that agree on both.
+    rnd_dir = out / ("random-" + "-".join([str(spec["vocab"])] + [f"{k}={v}" for k, v in sorted(arch.items())]))
     pre, rnd = [], []
     for seed in args.seeds:
         pre.append(finetune_dev({"model": model}, out / name / f"ft-pretrained-{seed}", seed, args)["dev_accuracy"])
-        rnd.append(finetune_dev(scratch_init, out / name / f"ft-random-{seed}", seed, args)["dev_accuracy"])
+        rnd.append(finetune_dev(scratch_init, rnd_dir / f"ft-{seed}", seed, args)["dev_accuracy"])
     gains = [p - r for p, r in zip(pre, rnd, strict=True)]
+    lines = (pre_dir / "metrics.jsonl").read_text().splitlines()
+    evals = [json.loads(line) for line in lines if "eval_mlm_loss" in line]
     row = {
         "recipe": name,
         "vocab": spec["vocab"],
@@ -96,6 +139,8 @@ def run_recipe(name: str, out: Path, docs: list[str], args) -> dict[str, Any]:
         "tokens": summary["tokens_seen"],
         "tokens_per_s": round(summary.get("tokens_per_s", float("nan")), 1),
         "precision": summary.get("precision"),
+        "held_out_mlm_loss": [[r["step"], round(r["eval_mlm_loss"], 4)] for r in evals],
+        "unigram_mlm_loss": summary.get("baseline", {}).get("unigram_mlm_loss"),
         "pretrained_dev": pre,
         "random_init_dev": rnd,
         "gain_mean": statistics.mean(gains),
@@ -112,8 +157,9 @@ def _arch(spec: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--recipes", nargs="+", default=["baseline", "combined"], choices=list(RECIPES))
+    ap.add_argument("--recipes", nargs="+", default=["baseline", "combined"], help="lever names joined by +")
     ap.add_argument("--steps", type=int, default=200, help="pretraining optimizer steps (the budget)")
+    ap.add_argument("--tokens", type=int, default=0, help="budget in tokens (steps = tokens / batch x length)")
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     ap.add_argument("--ft-epochs", type=float, default=1.0)
     ap.add_argument("--ft-examples", type=int, default=2000, help="wiki-topics training subset (0 = all)")

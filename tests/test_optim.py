@@ -94,9 +94,19 @@ def test_constant_schedule() -> None:
     assert lrs[5:] == pytest.approx([0.5] * 16)
 
 
+def test_warmup_stable_decay_schedule() -> None:
+    lrs = _lrs(TrainConfig(lr=1.0, warmup_steps=10, schedule="wsd", decay_ratio=0.25), total=100)
+    # warmup s/10; hold 1.0 until step 75; then (100 - s)/25
+    expected = {5: 0.5, 10: 1.0, 50: 1.0, 75: 1.0, 80: 0.8, 95: 0.2, 100: 0.0}
+    for step, value in expected.items():
+        assert lrs[step] == pytest.approx(value), step
+
+
 def test_bad_schedule_settings() -> None:
     opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
     with pytest.raises(ConfigError, match="schedule"):
         build_scheduler(opt, TrainConfig(schedule="exp"), 10)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="max_steps"):
         build_scheduler(opt, TrainConfig(), 0)
+    with pytest.raises(ConfigError, match="decay_ratio"):
+        build_scheduler(opt, TrainConfig(schedule="wsd", decay_ratio=0.0), 10)

@@ -13,7 +13,7 @@ from bertzoo.config import TrainConfig
 from bertzoo.errors import ConfigError
 from bertzoo.param_groups import decay_split
 
-SCHEDULES = ("linear", "constant", "cosine")
+SCHEDULES = ("linear", "constant", "cosine", "wsd")
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -69,17 +69,24 @@ def warmup_steps_for(cfg: TrainConfig, total_steps: int) -> int:
     return math.ceil(cfg.warmup_ratio * total_steps)
 
 
-def lr_factor(step: int, *, schedule: str, warmup: int, total: int) -> float:
+def lr_factor(step: int, *, schedule: str, warmup: int, total: int, decay_ratio: float = 0.2) -> float:
     """Multiplier of the peak learning rate used by optimizer step `step` (0-based).
 
     Warmup is linear from 0 (the convention of BERT and Hugging Face's schedulers, so curves are
     comparable); afterwards "linear" decays to 0 at `total`, "cosine" follows half a cosine to 0
-    and "constant" stays at 1.
+    and "constant" stays at 1. "wsd" (warmup-stable-decay) holds the peak and decays linearly to 0
+    over the last `decay_ratio` of all steps, so a run can be stopped early at full rate and resumed
+    into its decay. A one-cycle (triangular) schedule is "linear" with `warmup_ratio: 0.5`.
     """
     if step < warmup:
         return step / warmup
     if schedule == "constant":
         return 1.0
+    if schedule == "wsd":
+        decay_start = max(warmup, total - math.ceil(decay_ratio * total))
+        if step < decay_start:
+            return 1.0
+        return max(0.0, 1.0 - (step - decay_start) / max(1, total - decay_start))
     progress = (step - warmup) / max(1, total - warmup)
     progress = min(1.0, max(0.0, progress))
     if schedule == "linear":
@@ -90,17 +97,20 @@ def lr_factor(step: int, *, schedule: str, warmup: int, total: int) -> float:
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig, total_steps: int) -> LambdaLR:
-    """LambdaLR with linear warmup then `cfg.schedule` ("linear", "constant" or "cosine")."""
+    """LambdaLR with linear warmup then `cfg.schedule` ("linear", "constant", "cosine" or "wsd")."""
     if total_steps < 1:
         raise ConfigError(f"total training steps must be >= 1, got {total_steps}; raise train.max_steps")
     if cfg.schedule not in SCHEDULES:
         raise ConfigError(f"train.schedule={cfg.schedule!r} is not allowed; choose one of: {', '.join(SCHEDULES)}")
     warmup = warmup_steps_for(cfg, total_steps)
     schedule = cfg.schedule
+    decay = cfg.decay_ratio
+    if not 0.0 < decay <= 1.0:
+        raise ConfigError(f"train.decay_ratio must be in (0, 1], got {decay}")
 
     # A closure (not a callable object) keeps the scheduler's state_dict free of custom objects, so it
     # round-trips through torch.load(weights_only=True).
     def factor(step: int) -> float:
-        return lr_factor(step, schedule=schedule, warmup=warmup, total=total_steps)
+        return lr_factor(step, schedule=schedule, warmup=warmup, total=total_steps, decay_ratio=decay)
 
     return LambdaLR(optimizer, factor)
