@@ -193,6 +193,9 @@ class PretrainConfig:
     objective: str = ""  # "" = the variant's default objective
     objective_args: dict[str, Any] = field(default_factory=dict)  # variant-specific (e.g. ELECTRA's generator size)
     model: dict[str, Any] = field(default_factory=dict)  # a preset name under "preset" plus overrides
+    # Masked-LM output bias at step 0: "zero" (BERT) or "unigram" (log training-token frequencies, so the
+    # model starts where the unigram phase of training would take it)
+    mlm_bias_init: Literal["zero", "unigram"] = "zero"
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from bertzoo.cli import main as cli
 
-DEMO_VOCAB = 30000  # WordPiece vocabulary of the demo tokenizer
+DEMO_VOCAB = 8192  # WordPiece vocabulary of the demo tokenizer (8k beat 30k at this budget: docs/pretraining.md)
 PRETRAIN_CONFIG = "configs/pretrain/bert-mini.yaml"
 FINETUNE_CONFIG = "configs/finetune/wiki-topics-bert-mini.yaml"
 
@@ -146,8 +146,11 @@ def main() -> None:
         result["held_out_mlm_acc"] = round(evals[-1]["eval_mlm_acc"], 4)
     if args.ft_epochs > 0:
         pretrained = finetune_topics(["--model", str(run_dir / "final")], out / "wiki-topics", args)
+        # Random init is the same architecture: the recipe's dropout (off), not the preset's 0.1.
+        arch = json.loads((run_dir / "final" / "config.json").read_text())
+        same_dropout = [f"--model_config.{k}={arch[k]}" for k in ("dropout", "attention_dropout")]
         scratch = finetune_topics(
-            ["--model", '""', "--model_config.preset=bert-mini", f"--tokenizer={run_dir / 'final'}"],
+            ["--model", '""', "--model_config.preset=bert-mini", f"--tokenizer={run_dir / 'final'}", *same_dropout],
             out / "wiki-topics-random-init",
             args,
         )

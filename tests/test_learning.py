@@ -9,9 +9,11 @@ first-half ones), so it measures exactly what pretraining should add: words that
 contexts get related representations. A family whose encoder collapses, ignores its input or learns
 only the unigram distribution fails it (chance is 1/K).
 
-ELECTRA is not here: in this language a word is independent of its neighbours given the topic, so once
-the generator knows the topic its samples are indistinguishable from the originals and the
-discriminator has nothing to learn (docs/pretraining.md, "ELECTRA at a tiny budget").
+ELECTRA is not in that test: in this language a word is independent of its neighbours given the
+topic, so once the generator knows the topic its samples are indistinguishable from the originals and
+the discriminator has nothing to learn (docs/pretraining.md, "ELECTRA at a tiny budget"). Its own test
+uses a language with word classes and replaces tokens uniformly at random: the discriminator must
+learn to tell them apart from context.
 """
 
 from __future__ import annotations
@@ -141,3 +143,74 @@ def test_pretraining_learns_transferable_features(family, topic_corpus, tmp_path
     # Measured (2026-11-23): 1.0 for every family after 250 steps; random init 0.10-0.30 (chance 0.25).
     assert random_init < 0.45, f"random init transfers ({random_init:.2f}): the probe set leaks"
     assert pretrained > 0.8, f"{family}: features transfer at {pretrained:.2f} (random init {random_init:.2f})"
+
+
+def class_sentence(r: random.Random) -> str:
+    """A sentence of a language with word classes: function word, content word, function word, ...
+    (content words from topic 0's list, function words from the shared list)."""
+    return " ".join(r.choice(FUNCTION_WORDS if i % 2 == 0 else TOPICS[0]) for i in range(r.randint(6, 12))) + "."
+
+
+def test_electra_discriminator_learns_detectable_replacements(tmp_path, monkeypatch):
+    """The RTD path end to end: with replacements drawn uniformly (half of them break the alternation of
+    word classes, which only context reveals), 150 steps must take the discriminator well above chance."""
+    from sklearn.metrics import roc_auc_score
+
+    import bertzoo.objectives.electra as electra
+    from bertzoo.train.pretrain import build_pretraining
+
+    r = random.Random(3)
+    docs = [" ".join(class_sentence(r) for _ in range(3)) for _ in range(600)]
+    vocab = [*SPECIAL_TOKENS, "."] + TOPICS[0] + FUNCTION_WORDS
+    (tmp_path / "vocab.txt").write_text("".join(t + "\n" for t in vocab), encoding="utf-8")
+    tokenizer = Tokenizer.from_vocab(tmp_path / "vocab.txt")
+    prepare_shards(docs, tokenizer, tmp_path / "shards", progress=False)
+    first_word = len(SPECIAL_TOKENS) + 1
+
+    def uniform(self, batch, mlm_logits, selected):  # the generator's samples, replaced by uniform draws
+        return electra.replace_tokens(batch, torch.randint(first_word, len(vocab), (int(selected.sum()),)))
+
+    monkeypatch.setattr(electra.Electra, "replace", uniform)
+    torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    cfg = load_pretrain_config(
+        "configs/pretrain/electra-mini.yaml",
+        {
+            "model": {"preset": "electra-mini", "hidden_size": 64, "num_heads": 2, "intermediate_size": 128,
+                      "num_layers": 2, "max_position": 64},
+            "data.shards": str(tmp_path / "shards"),
+            "data.max_seq_len": 48,
+            "train.output_dir": str(tmp_path / "run"),
+            "train.precision": "fp32",
+        },
+    )  # fmt: skip
+    objective, dataset, collator, _ = build_pretraining(cfg)
+    optimizer = torch.optim.AdamW(objective.parameters(), lr=1e-3, eps=1e-6)
+
+    def batch_at(i: int):
+        return collator([dataset[(i * 16 + j) % len(dataset)] for j in range(16)])
+
+    def auc() -> float:
+        scores, labels = [], []
+        with torch.no_grad():
+            for i in range(4):
+                batch = batch_at(1000 + i)
+                fake = uniform(objective, batch, None, batch.labels != -100)
+                logits = objective.discriminator.logits(fake.input_ids, batch.attention_mask, batch.token_type_ids)
+                real = batch.attention_mask.bool()
+                scores.append(logits[real])
+                labels.append(fake.labels[real])
+        return float(roc_auc_score(torch.cat(labels).numpy(), torch.cat(scores).numpy()))
+
+    before = auc()
+    for step in range(150):
+        loss = objective(batch_at(step)).loss
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(objective.parameters(), 1.0)
+        optimizer.step()
+    after = auc()
+    torch.set_num_threads(threads)
+    # Measured (2026-11-23): 0.51 at init, 0.67 after 150 steps (0.78 after 300 in a longer run).
+    assert before < 0.58 and after > 0.6, f"discriminator ROC AUC {before:.2f} -> {after:.2f}"

@@ -96,3 +96,25 @@ def test_vocab_and_length_are_checked_before_training(synthetic_shards, tmp_path
     cfg.data.max_seq_len = 128
     with pytest.raises(ConfigError, match="exceeds model.max_position=64"):
         build_pretraining(cfg)
+
+
+def test_unigram_mlm_bias_init(synthetic_shards, tmp_path):
+    """mlm_bias_init: unigram sets the decoder bias to log add-one-smoothed training frequencies."""
+    from bertzoo.data.shards import ShardedCorpus
+
+    cfg = tiny_config(synthetic_shards, tmp_path / "u")
+    cfg.mlm_bias_init = "unigram"
+    objective, _, _, tokenizer = build_pretraining(cfg)
+    corpus = ShardedCorpus(synthetic_shards)
+    ids = np.concatenate([np.asarray(corpus.tokens(s, s + 1)) for s in range(corpus.num_sentences)])
+    counts = np.bincount(ids, minlength=tokenizer.vocab_size).astype(np.float64)
+    counts[list(tokenizer.special_ids)] = 0
+    expected = np.log((counts + 1) / (counts.sum() + tokenizer.vocab_size))
+    bias = objective.mlm_head.decoder.bias.detach().numpy()
+    np.testing.assert_allclose(bias, expected, rtol=1e-5)
+    assert bias.argmax() == counts.argmax()
+    # The default leaves BERT's zero bias.
+    zero, _, _, _ = build_pretraining(tiny_config(synthetic_shards, tmp_path / "z"))
+    assert not zero.mlm_head.decoder.bias.detach().any()
+    with pytest.raises(ConfigError, match="mlm_bias_init"):
+        load_pretrain_config(None, {"mlm_bias_init": "frequency"})

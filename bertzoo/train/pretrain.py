@@ -56,6 +56,8 @@ def build_pretraining(cfg: PretrainConfig):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.train.seed)
         objective = variant.build(model_cfg, objective=_objective_name(cfg, variant), **cfg.objective_args)
+    if cfg.mlm_bias_init == "unigram":
+        init_mlm_bias(objective, unigram_counts(corpus, tokenizer.vocab_size, tokenizer.special_ids))
     dataset = _examples(cfg, corpus, tokenizer)
     if hasattr(variant, "collator"):
         collator = variant.collator(cfg, tokenizer)
@@ -97,6 +99,26 @@ def _examples(cfg: PretrainConfig, corpus, tokenizer):
 
     make = getattr(get_variant(cfg.variant), "examples", bert.examples)
     return make(cfg, corpus, tokenizer, world_size=dist_info().world_size)
+
+
+def init_mlm_bias(objective: torch.nn.Module, counts: np.ndarray) -> int:
+    """Set the bias of every masked-LM decoder in `objective` to the log of the add-one smoothed
+    unigram distribution of `counts`; returns how many decoders were set.
+
+    A zero bias makes the first few hundred steps learn token frequencies, and with a decoder tied to
+    the input embeddings most of that lands in the embeddings: every rare word is pushed the same way
+    (docs/pretraining.md). Starting from the frequencies leaves the embeddings free to learn context.
+    """
+    from bertzoo.heads import MaskedLMHead
+
+    probs = (counts.astype(np.float64) + 1.0) / (counts.sum() + len(counts))
+    n = 0
+    for module in objective.modules():
+        if isinstance(module, MaskedLMHead):
+            with torch.no_grad():
+                module.decoder.bias.copy_(torch.from_numpy(np.log(probs)).to(module.decoder.bias.dtype))
+            n += 1
+    return n
 
 
 def unigram_counts(corpus, vocab_size: int, special_ids: np.ndarray) -> np.ndarray:
