@@ -25,7 +25,8 @@ Precision = Literal["auto", "fp32", "bf16", "fp16"]  # auto: bf16 where the hard
 
 @dataclass
 class ModelConfig:
-    """Architecture of a Transformer encoder (BERT and its family).
+    """Architecture of a Transformer encoder (BERT and its family) or, with `causal`, of a
+    decoder-only stack (GPT).
 
     Names match Hugging Face's `BertConfig` where the concept is the same, so users can read one
     as the other; `to_hf` / `from_hf` in `bertzoo.convert` translate the rest.
@@ -50,11 +51,16 @@ class ModelConfig:
     norm: Norm = "post"
     position: Position = "learned"
     share: Share = "none"
-    pad_token_id: int = 0
+    # The word table's padding row (zero at init, no gradient); None: every id is a real token (GPT).
+    pad_token_id: int | None = 0
     # Offset added to position ids (RoBERTa checkpoints start at pad_token_id + 1).
     position_offset: int = 0
     pooler: bool = True
     tie_word_embeddings: bool = True
+    # Decoder-only (GPT): each position attends to itself and the positions before it.
+    causal: bool = False
+    # LayerNorm over the summed embeddings (BERT); GPT feeds the sum straight into the first layer.
+    embedding_norm: bool = True
 
     def __post_init__(self) -> None:
         # Sizes first: a zero num_heads would otherwise fail the divisibility check with a ZeroDivisionError.

@@ -23,7 +23,7 @@ from bertzoo.errors import CheckpointError
 from bertzoo.hf_keys import is_hf_config
 from bertzoo.model import Encoder
 from bertzoo.nn.adapter import has_adapters
-from bertzoo.variants import hf_family, hf_variant
+from bertzoo.variants import hf_family, hf_family_of, hf_variant
 
 __all__ = [
     "HF_TASK_HEADS",
@@ -52,12 +52,12 @@ def config_to_hf(config: ModelConfig, architectures: list[str] | None = None) ->
 def state_from_hf(state: dict[str, torch.Tensor], config: ModelConfig) -> tuple[dict[str, torch.Tensor], list[str]]:
     """HF tensors -> bertzoo keys (`encoder.` prefix for the backbone, heads by objective).
     Returns (state, HF keys that were not used)."""
-    return hf_keys.state_from_hf(state, config, hf_variant(config.variant).HF)
+    return hf_keys.state_from_hf(state, config, hf_family_of(config))
 
 
 def state_to_hf(state: dict[str, torch.Tensor], config: ModelConfig, *, prefix: str = "") -> dict[str, torch.Tensor]:
     """bertzoo keys -> HF keys; `prefix` is the base-model prefix ("bert." for heads models, "" for the base)."""
-    return hf_keys.state_to_hf(state, config, hf_variant(config.variant).HF, prefix=prefix)
+    return hf_keys.state_to_hf(state, config, hf_family_of(config), prefix=prefix)
 
 
 def _write(directory: str | Path, hf_state: dict[str, torch.Tensor], hf_config: dict[str, Any]) -> Path:

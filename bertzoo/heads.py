@@ -43,6 +43,21 @@ class MaskedLMHead(nn.Module):
         return self.decoder(self.norm(self.act(self.dense(hidden))))
 
 
+class LMHead(nn.Module):
+    """A next-token decoder: Linear(hidden -> vocab) without bias, its weight tied to the word embeddings
+    (GPT). There is no transform before it: the top layer's states are the features."""
+
+    def __init__(self, hidden_size: int, vocab_size: int, *, tied_weight: nn.Parameter | None = None) -> None:
+        super().__init__()
+        self.decoder = nn.Linear(hidden_size, vocab_size, bias=False)
+        if tied_weight is not None:
+            self.decoder.weight = tied_weight
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden: (..., hidden) -> logits (..., vocab)."""
+        return self.decoder(hidden)
+
+
 class SentencePairHead(nn.Module):
     """Binary classifier on the pooled [CLS] vector: next-sentence (BERT) or sentence-order (ALBERT)."""
 

@@ -48,7 +48,9 @@ class HFFamily:
     variant: str  # the bertzoo variant a checkpoint of this model_type becomes
     base: str  # prefix of the base model's keys inside heads models ("bert." in BertForPreTraining)
     encoder_keys: tuple[tuple[str, str], ...]  # (HF key, our Encoder key); `{i}` is a stored layer
-    qkv: str  # HF key of stored layer {i}'s separate {n} = query/key/value {part} = weight/bias
+    # HF key of stored layer {i}'s separate {n} = query/key/value {part} = weight/bias; None when the
+    # checkpoint's projection is fused like ours (GPT's c_attn) and listed in encoder_keys.
+    qkv: str | None
     head_keys: tuple[tuple[str, str], ...] = ()  # (HF key, our key) of the pretraining heads
     untied_decoder: str | None = None  # HF key of the MLM decoder weight, used only when untied
     tied_copies: frozenset[str] = frozenset()  # HF keys repeating a tied tensor: ignored on import
@@ -57,6 +59,14 @@ class HFFamily:
     read_fields: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] | None = None
     architectures: Mapping[str, str] = field(default_factory=lambda: {n: n for n in BERT_CLASSES})
     refused: Mapping[str, str] = field(default_factory=dict)  # BERT class name -> why it cannot export
+    # HF keys (`{i}` as in encoder_keys) stored as (in, out): GPT's Conv1D, the transpose of nn.Linear.
+    transposed: frozenset[str] = frozenset()
+    # The family's own table of config keys, like HF_CONFIG_FIELDS (GPT names every field differently);
+    # None: BERT's.
+    config_fields: Mapping[str, tuple[str, str, Any]] | None = None
+    # Classes whose checkpoints are pretraining modules although every head tensor is a tied copy
+    # (GPT's LM-head models), so `bertzoo.loading.kind_of` cannot tell them by their keys.
+    pretraining_classes: frozenset[str] = frozenset()
 
 
 # --- keys ------------------------------------------------------------------------------------------
@@ -107,6 +117,11 @@ def stored_layers(config: ModelConfig) -> int:
     return 1 if config.share == "all" else config.num_layers
 
 
+def _transposed(family: HFFamily, layers: int) -> set[str]:
+    """The family's Conv1D keys with their layer index filled in."""
+    return {hf for hf, _ in expand(tuple((k, k) for k in family.transposed), layers)}
+
+
 def _head_keys(family: HFFamily, config: ModelConfig) -> list[tuple[str, str]]:
     heads = list(family.head_keys)
     if family.untied_decoder and not config.tie_word_embeddings:
@@ -124,11 +139,12 @@ def state_from_hf(
     out: dict[str, torch.Tensor] = {}
     used: set[str] = set()
     layers = stored_layers(config)
+    transposed = _transposed(family, layers)
     for hf, ours in expand(family.encoder_keys, layers):
         if hf in src:
-            out[f"encoder.{ours}"] = src[hf]
+            out[f"encoder.{ours}"] = src[hf].t().contiguous() if hf in transposed else src[hf]
             used.add(hf)
-    for i in range(layers):
+    for i in range(layers if family.qkv else 0):
         for part in ("weight", "bias"):
             names = [family.qkv.format(i=i, n=n, part=part) for n in QKV]
             fused = fuse_qkv(src, names)
@@ -154,10 +170,12 @@ def state_to_hf(
     base = family.base if prefix else ""
     out: dict[str, torch.Tensor] = {}
     layers = stored_layers(config)
+    transposed = _transposed(family, layers)
     for hf, ours in expand(family.encoder_keys, layers):
         if f"encoder.{ours}" in state:
-            out[base + hf] = state[f"encoder.{ours}"]
-    for i in range(layers):
+            tensor = state[f"encoder.{ours}"]
+            out[base + hf] = tensor.t() if hf in transposed else tensor
+    for i in range(layers if family.qkv else 0):
         for part in ("weight", "bias"):
             fused = state.get(f"encoder.stack.layers.{i}.attention.qkv.{part}")
             if fused is not None:
@@ -276,9 +294,10 @@ def config_from_hf(raw: dict[str, Any], family: HFFamily) -> ModelConfig:
     naming it), BERT's defaults unless the family states its own, then the family's computed fields."""
     check_hf_config(raw)
     fields: dict[str, Any] = {"variant": family.variant}
-    for key, (ours, kind, default) in HF_CONFIG_FIELDS.items():
+    table = HF_CONFIG_FIELDS if family.config_fields is None else family.config_fields
+    for key, (ours, kind, default) in table.items():
         fields[ours] = hf_value(raw, key, kind, family.config_defaults.get(key, default))
-    if fields["pad_token_id"] >= fields["vocab_size"]:
+    if fields.get("pad_token_id") is not None and fields["pad_token_id"] >= fields["vocab_size"]:
         raise CheckpointError(
             f"config.json: pad_token_id={fields['pad_token_id']} is outside the vocabulary of "
             f"{fields['vocab_size']}; fix the file"
@@ -310,11 +329,15 @@ def check_exportable(
     offset_name: str = "0",
     factorized: bool | None = False,
 ) -> None:
-    """CheckpointError listing what a Hugging Face `model_type` model cannot hold: every family is
-    post-norm with learned absolute positions; they differ in layer sharing, where positions start
-    (`offset`, described as `offset_name`) and factorized embeddings (True: required, False: refused,
-    None: either)."""
+    """CheckpointError listing what a Hugging Face `model_type` model of the BERT kind cannot hold:
+    every such family is bidirectional and post-norm with learned absolute positions; they differ in
+    layer sharing, where positions start (`offset`, described as `offset_name`) and factorized
+    embeddings (True: required, False: refused, None: either). GPT states its own checks."""
     problems = []
+    if config.causal:
+        problems.append("causal attention (it attends in both directions)")
+    if not config.embedding_norm:
+        problems.append("no LayerNorm over the embeddings (it has one)")
     if config.norm != "post":
         problems.append(f"norm={config.norm!r} (it is post-norm)")
     if config.position != "learned":

@@ -26,6 +26,7 @@ from bertzoo.convert import HF_TASK_HEADS
 from bertzoo.errors import CheckpointError, ConfigError, DataError
 from bertzoo.model import Encoder
 from bertzoo.nn.adapter import adapter_size_from_state, add_adapters
+from bertzoo.objectives.clm import CausalLM
 from bertzoo.objectives.electra import Electra
 from bertzoo.objectives.mlm import MaskedLM
 from bertzoo.tasks.base import TaskModel
@@ -123,6 +124,8 @@ def kind_of(raw: dict[str, Any], state: dict[str, torch.Tensor], is_hf: bool) ->
     """FINETUNED (a task model), PRETRAINING (an objective: heads beside the encoder) or ENCODER."""
     if is_hf:
         archs = raw.get("architectures") or []
+        if archs and archs[0] in hf_family(raw.get("model_type")).pretraining_classes:
+            return PRETRAINING  # an LM-head model whose only head tensor is the tied word table (GPT)
         if archs and archs[0] in HF_TASK_CLASSES:
             return FINETUNED
     elif isinstance(raw.get("task"), dict):
@@ -156,7 +159,7 @@ def load_encoder(path: str | Path) -> Encoder:
 
 def load_pretraining(path: str | Path) -> nn.Module:
     """The pretraining module (encoder + heads) of a bertzoo or Hugging Face pretraining checkpoint:
-    the variant's own (`pretraining_model` hook: SpanBERT, ALBERT, ELECTRA) or a MaskedLM."""
+    the variant's own (`pretraining_model` hook: SpanBERT, ALBERT, ELECTRA, GPT) or a MaskedLM."""
     directory = resolve(path)
     raw, config, state, _ = read_checkpoint(directory)
     variant = get_variant(config.variant)
@@ -260,6 +263,7 @@ def _attach_methods() -> None:
         Encoder: _encoder_from_pretrained,
         MaskedLM: _pretraining_from_pretrained,  # and its subclass SpanBoundaryLM
         Electra: _pretraining_from_pretrained,
+        CausalLM: _pretraining_from_pretrained,
         TaskModel: _task_model_from_pretrained,
     }
     for cls, loader in loaders.items():

@@ -9,7 +9,14 @@ from torch import nn
 
 from bertzoo.config import ModelConfig
 from bertzoo.errors import BertzooError
-from bertzoo.nn import Embeddings, LearnedPositions, TransformerLayer, TransformerStack, to_attention_mask
+from bertzoo.nn import (
+    Embeddings,
+    LearnedPositions,
+    TransformerLayer,
+    TransformerStack,
+    causal_attention_mask,
+    to_attention_mask,
+)
 
 
 @dataclass
@@ -34,7 +41,8 @@ class Pooler(nn.Module):
 
 
 class Encoder(nn.Module):
-    """A bidirectional Transformer encoder (BERT, RoBERTa, ALBERT, ELECTRA discriminator, ...).
+    """A bidirectional Transformer encoder (BERT, RoBERTa, ALBERT, ELECTRA discriminator, ...), or with
+    `config.causal` the same stack as a left-to-right decoder-only model (GPT): one mask, no new stack.
 
     `from_pretrained` / `save_pretrained` come from bertzoo.loading (imported with the package)."""
 
@@ -54,6 +62,7 @@ class Encoder(nn.Module):
             pad_token_id=c.pad_token_id,
             dropout=c.dropout,
             layer_norm_eps=c.layer_norm_eps,
+            norm=c.embedding_norm,
         )
 
         def make_layer() -> TransformerLayer:
@@ -92,9 +101,10 @@ class Encoder(nn.Module):
         pool: bool = True,
     ) -> EncoderOutput:
         """input_ids: (batch, seq). attention_mask: (batch, seq) padding mask, or a 3-D/4-D boolean
-        mask (True = may attend) for custom attention patterns. `top_queries=n`: the last layer runs
-        for the first n positions only and `last_hidden_state` has n positions (a [CLS] classifier
-        passes 1 and skips most of the top layer; the pooler is unchanged). `task_type_ids`: ERNIE 2.0's
+        mask (True = may attend) for custom attention patterns; a causal model also hides each query's
+        later positions. `top_queries=n`: the last layer runs for the first n positions only and
+        `last_hidden_state` has n positions (a [CLS] classifier passes 1 and skips most of the top
+        layer; the pooler is unchanged). `task_type_ids`: ERNIE 2.0's
         task of each token, for models with a task embedding. `pool=False` skips the pooler (its
         output is None): an objective that never reads it must not run it, or DDP finds parameters
         without gradients."""
@@ -106,6 +116,8 @@ class Encoder(nn.Module):
             )
         x = self.embeddings(input_ids, token_type_ids, position_ids, task_type_ids)  # (batch, seq, hidden)
         mask = to_attention_mask(attention_mask)  # (batch, 1, 1|seq, seq) bool
+        if self.config.causal:
+            mask = causal_attention_mask(mask, seq, input_ids.device)  # (batch|1, 1, seq, seq)
         x, hidden_states, attentions = self.stack(
             x,
             mask,

@@ -4,7 +4,15 @@ from bertzoo.nn.attention import CrossAttention, SelfAttention, attend
 from bertzoo.nn.embeddings import Embeddings
 from bertzoo.nn.ffn import FeedForward, activation
 from bertzoo.nn.layer import LayerOutput, Residual, TransformerLayer
-from bertzoo.nn.masks import causal_mask, combine, masked_mean, padding_mask, prefix_lm_mask, to_attention_mask
+from bertzoo.nn.masks import (
+    causal_attention_mask,
+    causal_mask,
+    combine,
+    masked_mean,
+    padding_mask,
+    prefix_lm_mask,
+    to_attention_mask,
+)
 from bertzoo.nn.positions import LearnedPositions, SinusoidalPositions, build_positions, sinusoid_table
 from bertzoo.nn.stack import TransformerStack, enable_activation_checkpointing
 
@@ -24,6 +32,7 @@ __all__ = [
     "build_positions",
     "enable_activation_checkpointing",
     "masked_mean",
+    "causal_attention_mask",
     "causal_mask",
     "combine",
     "padding_mask",

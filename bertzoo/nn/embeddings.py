@@ -14,6 +14,7 @@ class Embeddings(nn.Module):
     `embedding_size` may be smaller than `hidden_size`; a linear map then lifts the embeddings to
     the hidden width, which is what makes ALBERT's vocabulary table cheap. `task_type_vocab_size` > 0
     adds ERNIE 2.0's task embedding (one row per pretraining task), summed like the segment one.
+    `norm=False` leaves the sum unnormalised (GPT); `pad_token_id=None` gives the table no padding row.
     """
 
     def __init__(
@@ -27,9 +28,10 @@ class Embeddings(nn.Module):
         task_type_vocab_size: int = 0,
         position: str = "learned",
         position_offset: int = 0,
-        pad_token_id: int = 0,
+        pad_token_id: int | None = 0,
         dropout: float = 0.1,
         layer_norm_eps: float = 1e-12,
+        norm: bool = True,
     ) -> None:
         super().__init__()
         width = embedding_size or hidden_size
@@ -38,7 +40,7 @@ class Embeddings(nn.Module):
         self.position_offset = position_offset
         self.token_type = nn.Embedding(type_vocab_size, width) if type_vocab_size > 0 else None
         self.task_type = nn.Embedding(task_type_vocab_size, width) if task_type_vocab_size > 0 else None
-        self.norm = nn.LayerNorm(width, eps=layer_norm_eps)
+        self.norm = nn.LayerNorm(width, eps=layer_norm_eps) if norm else None
         self.dropout = nn.Dropout(dropout)
         self.project = nn.Linear(width, hidden_size) if width != hidden_size else None
 
@@ -76,7 +78,9 @@ class Embeddings(nn.Module):
                 x = x + self.token_type(token_type_ids)
         if self.task_type is not None:
             x = x + (self.task_type.weight[0] if task_type_ids is None else self.task_type(task_type_ids))
-        x = self.dropout(self.norm(x))
+        if self.norm is not None:
+            x = self.norm(x)
+        x = self.dropout(x)
         if self.project is not None:
             x = self.project(x)
         return x

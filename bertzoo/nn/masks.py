@@ -23,6 +23,21 @@ def causal_mask(q_len: int, k_len: int | None = None, device: torch.device | Non
     return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(diagonal=offset)
 
 
+def causal_attention_mask(mask: torch.Tensor | None, seq_len: int, device: torch.device | None = None) -> torch.Tensor:
+    """A 4-D boolean `mask` (or None) restricted to each query's own and earlier positions: the mask of
+    a decoder-only model (GPT), built once per forward pass and shared by every layer.
+
+    A query always keeps its own key: a padded query whose earlier keys are all padding (left padding)
+    would otherwise have no key at all, SDPA would return NaN for it, and later layers would carry the
+    NaN to real tokens through its values (0 x NaN). Real queries see themselves anyway, so their
+    outputs do not change."""
+    causal = causal_mask(seq_len, device=device)  # (query, key)
+    if mask is None:
+        return causal[None, None]
+    own = torch.eye(seq_len, dtype=torch.bool, device=device)
+    return (mask | own) & causal  # (batch, 1, query, key)
+
+
 def prefix_lm_mask(prefix_lengths: torch.Tensor, seq_len: int) -> torch.Tensor:
     """(batch,) prefix lengths -> (batch, 1, seq, seq): bidirectional inside the prefix, causal after.
 

@@ -9,7 +9,9 @@ and optionally:
   into, when it is not a plain `MaskedLM`;
 * `HF` (a `bertzoo.hf_keys.HFFamily`) and `config_to_hf(config, architectures)`: its Hugging Face
   names as data, and the checks of what the Hugging Face class can hold. A family imports the
-  Hugging Face `model_type` of its `HF` when `HF.variant` is its own name (SpanBERT exports as BERT);
+  Hugging Face `model_type` of its `HF` when `HF.variant` is its own name (SpanBERT exports as BERT).
+  A variant with several Hugging Face architectures (GPT: openai-gpt and gpt2) lists them as
+  `HF_FAMILIES` and picks one for a config with `hf_family_for(config)`;
 * `export_hf(module, directory)`: writes its own modules that the generic exporter cannot (ELECTRA's).
 """
 
@@ -18,9 +20,10 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
+from bertzoo.config import ModelConfig
 from bertzoo.errors import CheckpointError, ConfigError
 from bertzoo.hf_keys import HFFamily
-from bertzoo.variants import albert, bert, electra, ernie, roberta, spanbert
+from bertzoo.variants import albert, bert, electra, ernie, gpt, roberta, spanbert
 
 VARIANTS: dict[str, ModuleType] = {
     "bert": bert,
@@ -29,6 +32,7 @@ VARIANTS: dict[str, ModuleType] = {
     "albert": albert,
     "spanbert": spanbert,
     "ernie": ernie,
+    "gpt": gpt,
 }
 
 
@@ -45,9 +49,16 @@ def preset_names() -> list[str]:
     return [name for module in VARIANTS.values() for name in module.PRESETS]
 
 
+def _families(module: ModuleType) -> tuple[HFFamily, ...]:
+    """A variant's Hugging Face families: its `HF_FAMILIES`, else its `HF` (none without either)."""
+    if getattr(module, "HF_FAMILIES", None):
+        return tuple(module.HF_FAMILIES)
+    return (module.HF,) if getattr(module, "HF", None) is not None else ()
+
+
 def hf_families() -> dict[str, HFFamily]:
     """Hugging Face model_type -> the family that imports it."""
-    return {m.HF.model_type: m.HF for name, m in VARIANTS.items() if getattr(m, "HF", None) and m.HF.variant == name}
+    return {f.model_type: f for name, m in VARIANTS.items() for f in _families(m) if f.variant == name}
 
 
 def hf_family(model_type: Any) -> HFFamily:
@@ -63,6 +74,14 @@ def hf_family(model_type: Any) -> HFFamily:
 def hf_variant(config_variant: str) -> ModuleType:
     """The variant module exporting a model of `config_variant` to Hugging Face (it must have `HF`)."""
     module = get_variant(config_variant)
-    if getattr(module, "HF", None) is None:
+    if not _families(module):
         raise CheckpointError(f"variant {config_variant!r} has no Hugging Face counterpart to convert to or from")
     return module
+
+
+def hf_family_of(config: ModelConfig) -> HFFamily:
+    """The Hugging Face family a model of `config` converts to: its variant's `HF`, or the one its
+    `hf_family_for(config)` picks (GPT: by the layout)."""
+    module = hf_variant(config.variant)
+    pick = getattr(module, "hf_family_for", None)
+    return pick(config) if pick is not None else module.HF
