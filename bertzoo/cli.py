@@ -159,6 +159,18 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--batch-size", type=positive_int, default=64, help="examples per inference batch")
     pr.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
 
+    gn = sub.add_parser(
+        "generate",
+        help="generate text: a seq2seq fine-tuned model or a left-to-right LM (GPT), JSONL in, JSONL out",
+        epilog="Decoding settings: --generation.max_new_tokens 40 --generation.num_beams 4 "
+        "--generation.do_sample true --generation.top_p 0.9",
+    )
+    gn.add_argument("model", help="a seq2seq fine-tuned model directory or a GPT checkpoint / Hugging Face GPT-2")
+    gn.add_argument("--input", "-i", required=True, help="JSONL file: 'text' (seq2seq source) or 'prompt' per line")
+    gn.add_argument("--output", "-o", required=True, help="JSONL file to write, one {'prediction': ...} per line")
+    gn.add_argument("--batch-size", type=positive_int, default=16, help="prompts decoded together")
+    gn.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+
     ex = sub.add_parser("export", help="export a model's encoder to ONNX, verified against PyTorch")
     ex.add_argument("model", help="bertzoo or Hugging Face model directory")
     ex.add_argument("out", help="output .onnx file")
@@ -350,6 +362,22 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_generate(args: argparse.Namespace, extra: list[str]) -> int:
+    from bertzoo.train.generate import generate_file
+
+    settings = {}
+    for key, value in parse_overrides(extra).items():
+        section, _, name = key.partition(".")
+        if section != "generation" or not name or "." in name:
+            raise ConfigError(f"unknown option --{key}; decoding settings look like --generation.max_new_tokens 40")
+        settings[name] = value
+    n = generate_file(
+        args.model, args.input, args.output, generation=settings, batch_size=args.batch_size, device=args.device
+    )
+    print(f"wrote {n} generation(s) -> {args.output}", file=sys.stderr)
+    return 0
+
+
 def cmd_convert(args: argparse.Namespace) -> int:
     from bertzoo.hub import convert_directory
 
@@ -426,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
     extra = overrides + extra
     args.argv = argv
     try:
-        if extra and args.command not in ("pretrain", "finetune"):
+        if extra and args.command not in ("pretrain", "finetune", "generate"):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         if args.command == "tokenizer":
             return cmd_tokenizer_train(args)
@@ -440,6 +468,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_evaluate(args)
         if args.command == "predict":
             return cmd_predict(args)
+        if args.command == "generate":
+            return cmd_generate(args, extra)
         if args.command == "convert":
             return cmd_convert(args)
         if args.command == "export":

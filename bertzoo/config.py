@@ -206,7 +206,62 @@ class PretrainConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
 
 
-TaskName = Literal["classification", "token_classification", "qa", "multiple_choice"]
+@dataclass
+class GenerationConfig:
+    """How a generative model decodes (bertzoo.generation): greedy by default, sampling with
+    `do_sample`, beam search with `num_beams` > 1. Field names are transformers' GenerationConfig's."""
+
+    max_new_tokens: int = 32
+    min_new_tokens: int = 0  # the stop tokens are forbidden before this many tokens
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int = 0  # 0 = no top-k filter
+    top_p: float = 1.0  # nucleus sampling: 1.0 = no filter
+    num_beams: int = 1
+    length_penalty: float = 1.0  # beam score = sum log p / length ** length_penalty
+    eos_token_ids: list[int] = field(default_factory=list)  # stop tokens (generated, then the row stops)
+    pad_token_id: int = 0  # fills a row after it stopped
+    seed: int = 0  # sampling draws from a generator seeded with it: the same call gives the same text
+    # A prompt that leaves no room for max_new_tokens in the position table: an error, or with
+    # truncate_prompt its oldest tokens are dropped (the rightmost ones are kept).
+    truncate_prompt: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ConfigError(f"generation.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if not 0 <= self.min_new_tokens <= self.max_new_tokens:
+            raise ConfigError(
+                f"generation.min_new_tokens={self.min_new_tokens} must be between 0 and "
+                f"max_new_tokens={self.max_new_tokens}"
+            )
+        if self.min_new_tokens and not self.eos_token_ids:
+            raise ConfigError("generation.min_new_tokens is set but there are no eos_token_ids to hold back; drop one")
+        if self.num_beams < 1:
+            raise ConfigError(f"generation.num_beams must be >= 1, got {self.num_beams}")
+        if self.num_beams > 1 and self.do_sample:
+            raise ConfigError(
+                "generation.num_beams > 1 and do_sample=true contradict: beam search is deterministic; "
+                "set num_beams=1 to sample or do_sample=false to search"
+            )
+        sampling = {"temperature": self.temperature != 1.0, "top_k": self.top_k != 0, "top_p": self.top_p != 1.0}
+        if not self.do_sample and any(sampling.values()):
+            name = next(k for k, v in sampling.items() if v)
+            raise ConfigError(
+                f"generation.{name} only applies when sampling, but do_sample=false; set do_sample=true or drop {name}"
+            )
+        if self.temperature <= 0:
+            raise ConfigError(
+                f"generation.temperature must be > 0 (use do_sample=false for greedy), got {self.temperature}"
+            )
+        if self.top_k < 0:
+            raise ConfigError(f"generation.top_k must be >= 0 (0 = off), got {self.top_k}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"generation.top_p must be in (0, 1], got {self.top_p}")
+        if any(t < 0 for t in self.eos_token_ids) or self.pad_token_id < 0:
+            raise ConfigError("generation token ids must be >= 0")
+
+
+TaskName = Literal["classification", "token_classification", "qa", "multiple_choice", "seq2seq"]
 Problem = Literal["single_label", "multi_label", "regression"]
 
 
@@ -222,6 +277,8 @@ class TaskDataConfig:
     text_column: str = "text"
     text_pair_column: str = ""  # set for sentence-pair tasks
     label_column: str = "label"
+    target_column: str = "target"  # seq2seq: the text to generate
+    max_target_len: int = 32  # seq2seq: target tokens kept in training, the stop token included
     labels: list[str] = field(default_factory=list)  # fixed label order; default: sorted labels seen in train
     max_seq_len: int = 128
     doc_stride: int = 128  # overlap between windows of a long QA context / NER sentence (NER: <= half a window)
@@ -247,9 +304,19 @@ class TechniqueConfig:
     adapter_size: int = 0  # bottleneck adapters in every layer (0 = off); only adapters + head train
     gradual_unfreezing: bool = False  # unfreeze one more layer (top down) each epoch
     head_dropout: float = 0.1
-    # Sentence vector of classification / multiple choice: the pooled [CLS] (BERT's choice), or the
-    # mean of the last layer over real tokens (better when no sentence-level task trained [CLS]).
-    pooling: Literal["cls", "mean"] = "cls"
+    # Sentence vector of classification / multiple choice: the pooled [CLS] (BERT's choice), the mean of
+    # the last layer over real tokens (better when no sentence-level task trained [CLS]), or the last real
+    # token's state (GPT's extract token: in a left-to-right model only it has seen the whole input).
+    # auto: cls on a bidirectional encoder, last on a causal one (cls there is refused).
+    pooling: Literal["auto", "cls", "mean", "last"] = "auto"
+    # Sentence pairs: encode (A, B) only, or also (B, A) and add the two sentence vectors (GPT's similarity,
+    # symmetric in A and B). auto: both for regression (similarity scores) on a causal encoder, else one.
+    pair_orders: Literal["auto", "one", "both"] = "auto"
+    # A left-to-right (causal) model: task loss + lm_weight x next-token LM loss on the input (GPT's lambda):
+    # on the source in seq2seq, on every input sequence in classification and multiple choice (training only).
+    lm_weight: float = 0.5
+    # seq2seq with a bidirectional model: share of target tokens masked and predicted (UniLM's 0.7).
+    target_mask_prob: float = 0.7
 
 
 @dataclass
@@ -264,6 +331,7 @@ class FinetuneConfig:
     data: TaskDataConfig = field(default_factory=TaskDataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     technique: TechniqueConfig = field(default_factory=TechniqueConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)  # seq2seq: how eval decodes
 
 
 T = TypeVar("T")

@@ -138,11 +138,14 @@ def _unexportable(model: nn.Module, head_class: str, reads_pooler: bool) -> str 
     if getattr(model, "feature_layers", 0):
         return f"a mix of the top {model.feature_layers} layers (feature-based head)"
     if reads_pooler and getattr(model, "pooling", "cls") != "cls":
-        # The classifier reads the mean of the token vectors; Hugging Face's reads the pooled [CLS].
+        # The classifier reads the mean of the token vectors or the last token; Hugging Face's the pooled [CLS].
+        what = "the mean of the token vectors" if model.pooling == "mean" else "the last token's vector"
         return (
-            f"technique.pooling={model.pooling} (the mean of the token vectors), where Hugging Face's classifier "
+            f"technique.pooling={model.pooling} ({what}), where Hugging Face's classifier "
             "reads the pooled [CLS] vector; re-train with technique.pooling=cls to export"
         )
+    if (getattr(model, "head_config", None) or {}).get("pair_orders") == "both":
+        return "pairs read in both orders (technique.pair_orders=both), where Hugging Face's reads one sequence"
     if reads_pooler and model.encoder.pooler is None:
         return "a classifier on [CLS] without a pooler (Hugging Face's reads the pooler)"
     if getattr(find_head(model, head_class)[1], "lstm", None) is not None:
@@ -163,6 +166,8 @@ def export_finetuned_hf(model: nn.Module, directory: str | Path) -> Path:
     task = head_cfg.get("task", "")
     if task not in HF_TASK_HEADS:
         raise CheckpointError(f"task {task!r} has no Hugging Face export; exportable tasks: {', '.join(HF_TASK_HEADS)}")
+    if model.encoder.config.causal:
+        return _export_causal_classifier(model, directory, head_cfg)
     arch, head_class, key_map, reads_pooler = HF_TASK_HEADS[task]
     config = model.encoder.config
     what = _unexportable(model, head_class, reads_pooler)
@@ -200,4 +205,57 @@ def export_finetuned_hf(model: nn.Module, directory: str | Path) -> Path:
             problem = head_cfg.get("problem") or ("regression" if num_labels == 1 else "single_label")
             hf_config["problem_type"] = HF_PROBLEM.get(problem, "single_label_classification")
     hf_config["classifier_dropout"] = None
+    return _write(directory, hf_state, hf_config)
+
+
+# A causal layout's family (by model_type) -> its sequence classifier: a bias-free `score` on the last non-pad token.
+CAUSAL_CLASSIFIERS = {"openai-gpt": "OpenAIGPTForSequenceClassification", "gpt2": "GPT2ForSequenceClassification"}
+
+
+def _export_causal_classifier(model: nn.Module, directory: str | Path, head_cfg: dict[str, Any]) -> Path:
+    """A fine-tuned GPT classifier as transformers' GPT2ForSequenceClassification (OpenAIGPT... for the
+    post-norm layout): `transformer.*` plus `score.weight`, which reads the last token that is not the pad
+    id, our extract token. Whatever it would compute differently is refused in one line."""
+    config = model.encoder.config
+    family = hf_family_of(config)
+    arch = CAUSAL_CLASSIFIERS.get(family.model_type, f"a {family.model_type} classifier")
+    task = head_cfg.get("task")
+    pad = config.pad_token_id if config.pad_token_id is not None else head_cfg.get("pad_token_id")
+    head = getattr(getattr(model, "head", None), "classifier", None)
+    if task != "classification":
+        what = f"a {task} head on a left-to-right model (Hugging Face's GPT classes hold sequence classification only)"
+    elif has_adapters(model):
+        what = "adapters inside the encoder"
+    elif getattr(model, "feature_layers", 0):
+        what = f"a mix of the top {model.feature_layers} layers (feature-based head)"
+    elif getattr(model, "pooling", "") != "last":
+        what = f"technique.pooling={model.pooling}, where {arch} reads the last token"
+    elif head_cfg.get("pair_orders") == "both":
+        what = f"pairs read in both orders (technique.pair_orders=both), where {arch} reads one sequence"
+    elif not isinstance(head, nn.Linear) or head.bias is not None:
+        what = "a classifier with a bias, where its score layer has none"
+    elif pad is None:
+        what = "no pad token id, which it needs to find each row's last token"
+    elif family.model_type not in CAUSAL_CLASSIFIERS:
+        what = f"the {family.model_type} layout"
+    else:
+        what = None
+    if what is not None:
+        raise CheckpointError(
+            f"cannot export to {arch}: the model has {what}; keep the bertzoo format (save_pretrained) for this model"
+        )
+    enc_state = {k: v for k, v in model.state_dict().items() if k.startswith("encoder.")}
+    hf_state = state_to_hf(enc_state, config, prefix="transformer.")
+    hf_state["score.weight"] = head.weight.detach().contiguous()
+    # The variant names its base and LM classes only; the sequence classifier is set here.
+    hf_config = {**config_to_hf(config), "architectures": [arch], "pad_token_id": int(pad)}
+    num_labels = int(head.weight.shape[0])
+    labels = [str(x) for x in head_cfg.get("labels") or []]
+    if len(labels) != num_labels:
+        labels = [f"LABEL_{i}" for i in range(num_labels)]
+    hf_config["num_labels"] = num_labels
+    hf_config["id2label"] = {str(i): name for i, name in enumerate(labels)}
+    hf_config["label2id"] = {name: i for i, name in enumerate(labels)}
+    problem = head_cfg.get("problem") or ("regression" if num_labels == 1 else "single_label")
+    hf_config["problem_type"] = HF_PROBLEM.get(problem, "single_label_classification")
     return _write(directory, hf_state, hf_config)

@@ -71,14 +71,15 @@ class SentencePairHead(nn.Module):
 
 class ClassificationHead(nn.Module):
     """Dropout + linear on a sentence vector (pooled [CLS]); num_labels=1 gives a score (regression,
-    or one choice's score in multiple choice)."""
+    or one choice's score in multiple choice). `bias=False` is GPT's `h W_y` (transformers' `score`)."""
 
-    def __init__(self, in_dim: int, num_labels: int, dropout: float = 0.1) -> None:
+    def __init__(self, in_dim: int, num_labels: int, dropout: float = 0.1, *, bias: bool = True) -> None:
         super().__init__()
         self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(in_dim, num_labels)
+        self.classifier = nn.Linear(in_dim, num_labels, bias=bias)
         nn.init.normal_(self.classifier.weight, std=0.02)
-        nn.init.zeros_(self.classifier.bias)
+        if self.classifier.bias is not None:
+            nn.init.zeros_(self.classifier.bias)
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.dropout(features))

@@ -17,6 +17,7 @@ from bertzoo.nn import (
     causal_attention_mask,
     to_attention_mask,
 )
+from bertzoo.nn.kv_cache import KVCache
 
 
 @dataclass
@@ -99,6 +100,7 @@ class Encoder(nn.Module):
         top_queries: int | None = None,
         task_type_ids: torch.Tensor | None = None,
         pool: bool = True,
+        cache: KVCache | None = None,
     ) -> EncoderOutput:
         """input_ids: (batch, seq). attention_mask: (batch, seq) padding mask, or a 3-D/4-D boolean
         mask (True = may attend) for custom attention patterns; a causal model also hides each query's
@@ -107,23 +109,32 @@ class Encoder(nn.Module):
         layer; the pooler is unchanged). `task_type_ids`: ERNIE 2.0's
         task of each token, for models with a task embedding. `pool=False` skips the pooler (its
         output is None): an objective that never reads it must not run it, or DDP finds parameters
-        without gradients."""
+        without gradients.
+
+        `cache` (a `bertzoo.nn.KVCache`, incremental decoding, see bertzoo.generation): input_ids are the
+        positions after the cached ones; attention_mask then covers cached + new positions, and
+        position ids default to continuing from the cache."""
         seq = input_ids.size(1)
-        if position_ids is None and seq > self.embeddings.max_position:
+        past = cache.length if cache is not None else 0
+        if position_ids is None and past + seq > self.embeddings.max_position:
             raise BertzooError(
-                f"sequence length {seq} exceeds the model's position table ({self.embeddings.max_position}); "
+                f"sequence length {past + seq} exceeds the model's position table ({self.embeddings.max_position}); "
                 "lower data.max_seq_len or use a model with a larger max_position"
             )
+        if position_ids is None and past:
+            position_ids = torch.arange(past, past + seq, device=input_ids.device)[None] + self.config.position_offset
         x = self.embeddings(input_ids, token_type_ids, position_ids, task_type_ids)  # (batch, seq, hidden)
-        mask = to_attention_mask(attention_mask)  # (batch, 1, 1|seq, seq) bool
-        if self.config.causal:
-            mask = causal_attention_mask(mask, seq, input_ids.device)  # (batch|1, 1, seq, seq)
+        mask = to_attention_mask(attention_mask)  # (batch, 1, 1|seq, past + seq) bool
+        if self.config.causal and (mask is not None or seq > 1):
+            # (One new query with no padding sees every cached key: no mask at all, SDPA's fastest path.)
+            mask = causal_attention_mask(mask, seq, input_ids.device, past)  # (batch|1, 1, seq, past + seq)
         x, hidden_states, attentions = self.stack(
             x,
             mask,
             output_hidden_states=output_hidden_states,
             output_attentions=output_attentions,
-            top_queries=top_queries,
+            top_queries=None if cache is not None else top_queries,
+            cache=cache,
         )
         if self.final_norm is not None:
             x = self.final_norm(x)

@@ -32,6 +32,24 @@ def tiny_encoder(vocab_size: int, seed: int = 0) -> Encoder:
     return Encoder(ModelConfig(vocab_size=vocab_size, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64))
 
 
+def tiny_gpt(vocab_size: int, seed: int = 0, **overrides: Any) -> Encoder:
+    """A tiny causal (GPT-2 layout) encoder: no pooler, no segment table, LM head tied to its word table."""
+    from bertzoo.variants import get_variant
+
+    spec = {
+        "preset": "gpt-tiny",
+        "vocab_size": vocab_size,
+        "hidden_size": 32,
+        "num_heads": 4,
+        "intermediate_size": 64,
+        "max_position": 64,
+        "pad_token_id": 0,
+        **overrides,
+    }
+    torch.manual_seed(seed)
+    return Encoder(get_variant("gpt").model_config(spec))
+
+
 def make_cfg(task: str, **sections: Any) -> FinetuneConfig:
     """FinetuneConfig for `task`; keyword arguments are top-level keys or sections (data={...})."""
     data = {"task": task, "train": {"batch_size": 8}, **sections}

@@ -61,7 +61,14 @@ def test_unknown_names():
         load_builtin_task("nope", "train")
     with pytest.raises(DataError, match="unknown split 'val'"):
         load_builtin_task("wiki-topics", "val")
-    assert set(BUILTIN_TASKS) == {"wiki-topics", "peoples-daily-ner", "chinese-sentiment"}
+    assert set(BUILTIN_TASKS) == {
+        "wiki-topics",
+        "peoples-daily-ner",
+        "chinese-sentiment",
+        "wiki-titles",  # the seq2seq ones: tests/test_generation_data.py
+        "wiki-descriptions",
+        "wiki-topic-names",
+    }
 
 
 @needs_wiki

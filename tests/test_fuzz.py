@@ -396,6 +396,7 @@ NUMERIC_OPTIONS = [
     ("prepare", ["-i", "c.txt", "-t", "tok", "-o", "out"], "--shard-tokens", 1, sys.maxsize),
     ("evaluate", ["model"], "--batch-size", 1, sys.maxsize),
     ("predict", ["model", "-i", "in.jsonl", "-o", "out.jsonl"], "--batch-size", 1, sys.maxsize),
+    ("generate", ["model", "-i", "in.jsonl", "-o", "out.jsonl"], "--batch-size", 1, sys.maxsize),
 ]
 
 

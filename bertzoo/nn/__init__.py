@@ -3,6 +3,7 @@
 from bertzoo.nn.attention import CrossAttention, SelfAttention, attend
 from bertzoo.nn.embeddings import Embeddings
 from bertzoo.nn.ffn import FeedForward, activation
+from bertzoo.nn.kv_cache import KVCache, LayerCache
 from bertzoo.nn.layer import LayerOutput, Residual, TransformerLayer
 from bertzoo.nn.masks import (
     causal_attention_mask,
@@ -20,6 +21,8 @@ __all__ = [
     "CrossAttention",
     "Embeddings",
     "FeedForward",
+    "KVCache",
+    "LayerCache",
     "LayerOutput",
     "LearnedPositions",
     "Residual",

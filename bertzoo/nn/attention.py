@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bertzoo.nn.kv_cache import LayerCache
+
 
 def attend(
     q: torch.Tensor,
@@ -70,13 +72,18 @@ class SelfAttention(nn.Module):
         bias: torch.Tensor | None = None,
         memory: torch.Tensor | None = None,
         need_weights: bool = False,
+        kv: LayerCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x: (batch, seq, hidden). `memory` (batch, mem, hidden) is prepended to the keys and values
-        (Transformer-XL recurrence); it is used as is, so detach it upstream if gradients must stop."""
+        (Transformer-XL recurrence); it is used as is, so detach it upstream if gradients must stop.
+        `kv`: incremental decoding; x holds the new positions only, their keys and values are appended
+        to the cache and the queries read every cached position (the mask is (.., seq, past + seq))."""
         b, s, h = x.shape
         if memory is None:
             qkv = self.qkv(x).view(b, s, 3, self.num_heads, self.head_dim)
             q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (batch, heads, seq, head_dim)
+            if kv is not None:
+                k, v = kv.update(k, v)  # (batch, heads, past + seq, head_dim)
         else:
             full = torch.cat([memory, x], dim=1)  # (batch, mem + seq, hidden)
             kv_len = full.size(1)

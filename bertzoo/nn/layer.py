@@ -10,6 +10,7 @@ from torch import nn
 
 from bertzoo.nn.attention import CrossAttention, SelfAttention
 from bertzoo.nn.ffn import FeedForward
+from bertzoo.nn.kv_cache import LayerCache
 
 
 @dataclass
@@ -77,10 +78,12 @@ class TransformerLayer(nn.Module):
         context: torch.Tensor | None = None,
         context_mask: torch.Tensor | None = None,
         need_weights: bool = False,
+        kv: LayerCache | None = None,
     ) -> LayerOutput:
-        """x: (batch, seq, hidden); mask: bool (batch|1, heads|1, seq, key); context: encoder states."""
+        """x: (batch, seq, hidden); mask: bool (batch|1, heads|1, seq, key); context: encoder states;
+        kv: this depth's key/value cache (incremental decoding)."""
         r = self.attention_residual
-        y, probs = self.attention(r.inner(x), mask, bias, memory, need_weights)
+        y, probs = self.attention(r.inner(x), mask, bias, memory, need_weights, kv)
         x = r.outer(x, y)
         cross_probs = None
         if self.cross is not None and context is not None:

@@ -23,18 +23,23 @@ def causal_mask(q_len: int, k_len: int | None = None, device: torch.device | Non
     return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(diagonal=offset)
 
 
-def causal_attention_mask(mask: torch.Tensor | None, seq_len: int, device: torch.device | None = None) -> torch.Tensor:
+def causal_attention_mask(
+    mask: torch.Tensor | None, seq_len: int, device: torch.device | None = None, past: int = 0
+) -> torch.Tensor:
     """A 4-D boolean `mask` (or None) restricted to each query's own and earlier positions: the mask of
-    a decoder-only model (GPT), built once per forward pass and shared by every layer.
+    a decoder-only model (GPT), built once per forward pass and shared by every layer. With `past` > 0
+    (incremental decoding) the queries are positions past .. past + seq_len - 1 and the keys every
+    position up to the last query; `mask` then covers those past + seq_len keys.
 
     A query always keeps its own key: a padded query whose earlier keys are all padding (left padding)
     would otherwise have no key at all, SDPA would return NaN for it, and later layers would carry the
     NaN to real tokens through its values (0 x NaN). Real queries see themselves anyway, so their
     outputs do not change."""
-    causal = causal_mask(seq_len, device=device)  # (query, key)
+    causal = causal_mask(seq_len, past + seq_len, device=device)  # (query, key)
     if mask is None:
         return causal[None, None]
-    own = torch.eye(seq_len, dtype=torch.bool, device=device)
+    keys = torch.arange(past + seq_len, device=device)
+    own = keys[None, :] == (keys[past:, None])  # (query, key): the query's own position
     return (mask | own) & causal  # (batch, 1, query, key)
 
 
@@ -87,3 +92,38 @@ def masked_mean(hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor
         return hidden.mean(dim=1)
     real = mask.to(hidden.dtype).unsqueeze(-1)  # (batch, seq, 1)
     return (hidden * real).sum(dim=1) / real.sum(dim=1).clamp(min=1)
+
+
+def seq2seq_mask(source_lengths: torch.Tensor, lengths: torch.Tensor, seq_len: int) -> torch.Tensor:
+    """UniLM's sequence-to-sequence self-attention mask over right-padded rows.
+
+    (batch,) source lengths and real lengths -> (batch, seq_len, seq_len) bool, True = query may attend
+    key. A real query sees the real keys that are in the source (key < source_length) or not after it
+    (key <= query): source tokens see the whole source and nothing of the target, target tokens see
+    the source and the target up to themselves. Padding keys are never seen. A padded query sees only
+    itself: an all-False row would make SDPA return NaN, which later layers would carry into real
+    tokens (0 x NaN); nothing real reads a padded query, so real outputs do not depend on it.
+
+    source_length = length gives the bidirectional mask of each row, 0 the left-to-right one; the
+    right-to-left mask is the transpose of the left-to-right one (the padded rows included).
+    Unlike `prefix_lm_mask`, padding is part of the mask, so this is the whole attention mask.
+    """
+    device = lengths.device
+    lengths = lengths.to(device=device, dtype=torch.long)
+    source_lengths = source_lengths.to(device=device, dtype=torch.long)
+    if lengths.dim() != 1 or source_lengths.shape != lengths.shape:
+        raise ValueError(
+            f"source_lengths and lengths must both be (batch,), got {tuple(source_lengths.shape)} "
+            f"and {tuple(lengths.shape)}"
+        )
+    if bool((lengths > seq_len).any()) or bool((source_lengths < 0).any()) or bool((source_lengths > lengths).any()):
+        raise ValueError(f"need 0 <= source_length <= length <= seq_len={seq_len} in every row")
+    pos = torch.arange(seq_len, device=device)
+    query, key = pos[None, :, None], pos[None, None, :]  # (1, seq, 1), (1, 1, seq)
+    length, source = lengths[:, None, None], source_lengths[:, None, None]  # (batch, 1, 1)
+    real = query < length  # (batch, seq, 1)
+    # What a query sees is one interval of keys [first, end): two comparisons over (batch, seq, seq)
+    # instead of a handful of full-size boolean operations.
+    end = torch.where(real, torch.minimum(length, torch.maximum(source, query + 1)), query + 1)  # (batch, seq, 1)
+    first = torch.where(real, torch.zeros_like(query), query)  # (batch, seq, 1)
+    return (key >= first) & (key < end)

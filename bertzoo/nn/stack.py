@@ -8,6 +8,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from bertzoo.nn.kv_cache import KVCache
 from bertzoo.nn.layer import LayerOutput, TransformerLayer
 
 
@@ -48,9 +49,13 @@ class TransformerStack(nn.Module):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
         top_queries: int | None = None,
+        cache: KVCache | None = None,
         **layer_kwargs,
     ) -> tuple[torch.Tensor, list[torch.Tensor] | None, list[torch.Tensor] | None]:
         """Returns (last hidden, hidden states of every depth incl. the input, attentions).
+
+        `cache`: incremental decoding; x holds the new positions, each depth appends their keys and
+        values to its slot of the cache, and `mask` covers (new, cached + new) positions.
 
         `top_queries=n` computes the last layer for the first n positions only (their attention still
         reads every position), so the result has n positions: a classifier that reads [CLS] alone
@@ -61,11 +66,13 @@ class TransformerStack(nn.Module):
         attentions = [] if output_attentions else None
         for i in range(self.num_layers):
             layer = self.layer(i)
-            if top_queries is not None and i == self.num_layers - 1:
+            if top_queries is not None and i == self.num_layers - 1 and cache is None:
                 if self._can_skip_queries(layer, layer_kwargs, output_hidden_states or output_attentions):
                     return self._top_prefix(layer, x, mask, top_queries), hidden_states, attentions
-            if self.gradient_checkpointing and self.training and not output_attentions:
-                out: LayerOutput = checkpoint(layer, x, mask, use_reentrant=False, **layer_kwargs)
+            if cache is not None:
+                out: LayerOutput = layer(x, mask, need_weights=output_attentions, kv=cache.layer(i), **layer_kwargs)
+            elif self.gradient_checkpointing and self.training and not output_attentions:
+                out = checkpoint(layer, x, mask, use_reentrant=False, **layer_kwargs)
             else:
                 out = layer(x, mask, need_weights=output_attentions, **layer_kwargs)
             x = out.hidden
@@ -73,6 +80,8 @@ class TransformerStack(nn.Module):
                 hidden_states.append(x)
             if attentions is not None:
                 attentions.append(out.attention)
+        if cache is not None:
+            cache.advance(x.size(1))
         if top_queries is not None:
             x = x[:, :top_queries]
         return x, hidden_states, attentions

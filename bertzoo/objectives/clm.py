@@ -13,6 +13,8 @@ import torch
 from torch import nn
 
 from bertzoo.batch import IGNORE_INDEX, Batch
+from bertzoo.config import GenerationConfig
+from bertzoo.generation import CausalDecoding, GenerationOutput, generate
 from bertzoo.heads import LMHead
 from bertzoo.model import Encoder, EncoderOutput, init_weights
 from bertzoo.objectives.base import ObjectiveOutput
@@ -78,6 +80,17 @@ class CausalLM(nn.Module):
     def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """(batch, seq, vocab) next-token logits at every position (Hugging Face's LM-head output)."""
         return self.lm_head(self.encoder(input_ids, attention_mask, pool=False).last_hidden_state)
+
+    def generate(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        config: GenerationConfig | None = None,
+        **overrides: Any,
+    ) -> GenerationOutput:
+        """Continue the prompts (bertzoo.generation.generate): greedy unless the config says otherwise;
+        returns the new tokens only."""
+        return generate(CausalDecoding(self.encoder, self.lm_head), input_ids, attention_mask, config, **overrides)
 
     def loss_counts(self, batch: Batch) -> dict[str, int]:
         """Items each loss term averages over (host-side, before the forward): see ObjectiveOutput."""

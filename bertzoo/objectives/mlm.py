@@ -82,12 +82,17 @@ class MaskedLM(nn.Module):
         return self.encoder.config
 
     def encode(self, batch: Batch) -> EncoderOutput:
-        """The encoder pass (ERNIE 2.0's task ids ride in `batch.extra["task_type_ids"]`)."""
+        """The encoder pass (ERNIE 2.0's task ids ride in `batch.extra["task_type_ids"]`).
+
+        A batch with `batch.extra["attention_pattern"]` ((batch, seq, seq) bool, True = may attend,
+        padding included: UniLM's per-example LM masks) attends by it; `attention_mask` stays the
+        (batch, seq) padding mask that token counts read."""
         task = batch.extra.get("task_type_ids") if self.encoder.embeddings.task_type is not None else None
+        pattern = batch.extra.get("attention_pattern")
         # The pooler only feeds the sentence-pair head; MLM-only objectives leave it out of the graph.
         return self.encoder(
             batch.input_ids,
-            batch.attention_mask,
+            batch.attention_mask if pattern is None else pattern,
             batch.token_type_ids,
             task_type_ids=task,
             pool=self.nsp_head is not None,

@@ -6,10 +6,19 @@ from torch import nn
 
 from bertzoo.config import FinetuneConfig
 from bertzoo.errors import ConfigError
-from bertzoo.tasks.base import EvalResult, FeatureDataset, ScalarMix, Task, TaskModel, batched_logits
+from bertzoo.tasks.base import (
+    EvalResult,
+    FeatureDataset,
+    ScalarMix,
+    Task,
+    TaskModel,
+    batched_logits,
+    resolve_pooling,
+)
 from bertzoo.tasks.classification import ClassificationTask
 from bertzoo.tasks.multiple_choice import MultipleChoiceTask
 from bertzoo.tasks.qa import QATask
+from bertzoo.tasks.seq2seq import Seq2SeqTask
 from bertzoo.tasks.token_classification import TokenClassificationTask
 
 TASKS: dict[str, type[Task]] = {
@@ -17,6 +26,7 @@ TASKS: dict[str, type[Task]] = {
     "token_classification": TokenClassificationTask,
     "multiple_choice": MultipleChoiceTask,
     "qa": QATask,
+    "seq2seq": Seq2SeqTask,
 }
 
 # Tasks whose head reads the pooled [CLS] vector alone (BERT's classifiers): an encoder saved without
@@ -48,6 +58,7 @@ __all__ = [
     "FeatureDataset",
     "MultipleChoiceTask",
     "QATask",
+    "Seq2SeqTask",
     "ScalarMix",
     "Task",
     "TaskModel",
@@ -55,4 +66,5 @@ __all__ = [
     "batched_logits",
     "get_task",
     "mark_sentence_only",
+    "resolve_pooling",
 ]

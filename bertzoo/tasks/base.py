@@ -10,16 +10,61 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from torch import nn
 
-from bertzoo.batch import Batch
+from bertzoo.batch import IGNORE_INDEX, Batch
 from bertzoo.config import FinetuneConfig, ModelConfig
 from bertzoo.errors import ConfigError
+from bertzoo.heads import LMHead
 from bertzoo.nn.masks import masked_mean
+from bertzoo.objectives.clm import causal_lm_loss, lm_labels
+
+POOLINGS = ("auto", "cls", "mean", "last")
+
+
+def resolve_pooling(pooling: str, causal: bool) -> str:
+    """The sentence vector a task model reads for `technique.pooling`: `auto` is the pooled [CLS] of a
+    bidirectional encoder and the last real token of a causal one (GPT's extract token). `cls` on a causal
+    encoder is a ConfigError: its first token has seen only itself."""
+    if pooling not in POOLINGS:
+        raise ConfigError(f"technique.pooling={pooling!r} is not allowed; choose one of: {', '.join(POOLINGS)}")
+    if pooling == "auto":
+        return "last" if causal else "cls"
+    if pooling == "cls" and causal:
+        raise ConfigError(
+            "technique.pooling=cls on a left-to-right (causal) model reads a token that has seen only itself; "
+            "use technique.pooling=last (the extract token, what auto picks) or mean"
+        )
+    return pooling
+
+
+def last_token(seq: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """(batch, dim) state of each row's rightmost real token ((batch, seq, dim) in, 2-D padding mask)."""
+    if mask is None:
+        return seq[:, -1]
+    positions = torch.arange(mask.size(-1), device=mask.device)
+    last = (positions * mask.bool()).argmax(-1)  # the rightmost 1: right or left padding alike
+    return seq[torch.arange(seq.size(0), device=seq.device), last]
+
+
+class LMTerm(NamedTuple):
+    """The auxiliary next-token loss of a causal task model: its mean, metrics and their counts."""
+
+    loss: torch.Tensor
+    metrics: dict[str, torch.Tensor]
+    counts: dict[str, torch.Tensor]
+
+
+class Features(NamedTuple):
+    """What `TaskModel.features` gives the head: sequence features, the sentence vector, the LM term."""
+
+    sequence: torch.Tensor  # (rows, seq, feature_dim)
+    sentence: torch.Tensor  # (rows, feature_dim)
+    lm: LMTerm | None  # None unless training a causal model with lm_weight > 0 on a labelled batch
 
 
 class FeatureDataset:
@@ -77,38 +122,77 @@ class TaskModel(nn.Module):
     `reads_sequence = False` declares that forward uses only the sentence vector (`encode()[1]`);
     with `pooling="cls"` the top layer then runs for [CLS] alone (`Encoder(top_queries=1)`) and the
     sequence features `encode()` returns hold that one position. `pooling="mean"` makes the sentence
-    vector the mean of the sequence features over real tokens instead of the pooled [CLS].
+    vector the mean of the sequence features over real tokens instead of the pooled [CLS], and
+    `pooling="last"` the state of the last real token (see `resolve_pooling`; `auto` picks it for a causal
+    encoder, where only that token has seen the whole input).
+
+    On a causal encoder with `lm_weight` > 0, `features()` also gives GPT's auxiliary next-token loss over
+    the input tokens, with the LM head tied to the word embeddings; a subclass adds it with `with_lm`.
+    A task whose head reads every token's state sets `causal_refusal` to the reason it refuses causal encoders.
     """
 
     reads_sequence: bool = True
+    causal_refusal: str = ""
 
     def __init__(
-        self, encoder: nn.Module, feature_layers: int = 0, feature_mix: str = "weighted", pooling: str = "cls"
+        self,
+        encoder: nn.Module,
+        feature_layers: int = 0,
+        feature_mix: str = "weighted",
+        pooling: str = "auto",
+        lm_weight: float = 0.0,
     ) -> None:
         super().__init__()
-        if pooling not in ("cls", "mean"):
-            raise ConfigError(f"technique.pooling={pooling!r} is not allowed; choose cls or mean")
+        c = encoder.config
+        self.causal = bool(getattr(c, "causal", False))
+        if self.causal and self.causal_refusal:
+            raise ConfigError(self.causal_refusal)
         self.encoder = encoder
         self.feature_layers = feature_layers
         self.feature_mix = feature_mix
-        self.pooling = pooling
-        hidden = encoder.config.hidden_size
+        self.pooling = resolve_pooling(pooling, self.causal)
+        hidden = c.hidden_size
         self.mix = ScalarMix(feature_layers) if feature_layers and feature_mix == "weighted" else None
         self.feature_dim = hidden * feature_layers if feature_layers and feature_mix == "concat" else hidden
         self.head_config: dict[str, Any] = {}
+        if lm_weight < 0:
+            raise ConfigError(f"technique.lm_weight must be >= 0, got {lm_weight}")
+        # Only a left-to-right model has a next-token loss; on a bidirectional one lm_weight means nothing.
+        self.lm_weight = float(lm_weight) if self.causal else 0.0
+        self.lm_head: LMHead | None = None
+        if self.lm_weight > 0:
+            if not c.tie_word_embeddings or (c.embedding_size and c.embedding_size != hidden):
+                raise ConfigError(
+                    "technique.lm_weight > 0 needs an LM head tied to the word embeddings (GPT's), which this model "
+                    "does not have; set technique.lm_weight=0"
+                )
+            # Tied: no new weights, the head is the pretrained word table (so nothing to initialise or load).
+            self.lm_head = LMHead(hidden, c.vocab_size, tied_weight=encoder.word_embeddings.weight)
 
     def encode(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """(sequence features (batch, seq, feature_dim), [CLS] features (batch, feature_dim)).
+        """(sequence features (batch, seq, feature_dim), sentence vector (batch, feature_dim)).
 
         input_ids may carry extra leading dims (multiple choice: (batch, choices, seq)); they are
         flattened here, and callers reshape the results.
         """
+        features = self.features(batch, with_lm=False)
+        return features.sequence, features.sentence
+
+    def features(self, batch: Batch, rows: torch.Tensor | None = None, *, with_lm: bool = True) -> Features:
+        """`encode()` plus the auxiliary LM term (see the class doc). `rows` (any shape that flattens to the
+        flattened batch's rows, bool) marks the real sequences: padded choices are left out of the LM loss."""
         ids = batch.input_ids.reshape(-1, batch.input_ids.size(-1))
         mask = batch.attention_mask.reshape(ids.shape) if batch.attention_mask is not None else None
         types = batch.token_type_ids.reshape(ids.shape) if batch.token_type_ids is not None else None
         cls_only = not self.reads_sequence and not self.feature_layers and self.pooling == "cls"
         out = self.encoder(
-            ids, mask, types, output_hidden_states=bool(self.feature_layers), top_queries=1 if cls_only else None
+            ids,
+            mask,
+            types,
+            output_hidden_states=bool(self.feature_layers),
+            top_queries=1 if cls_only else None,
+            # An unread pooler must not run (DDP would wait for its gradients).
+            pool=self.pooling == "cls" and not self.feature_layers,
         )
         if not self.feature_layers:
             seq = out.last_hidden_state
@@ -116,10 +200,35 @@ class TaskModel(nn.Module):
             top = out.hidden_states[-self.feature_layers :]
             seq = self.mix(top) if self.mix is not None else torch.cat(top, dim=-1)
         if self.pooling == "mean":
-            return seq, masked_mean(seq, mask)
-        # Plain fine-tuning reads the pooler (as BERT's classifiers do); feature mixes read [CLS] itself.
-        cls = out.pooler_output if not self.feature_layers and out.pooler_output is not None else seq[:, 0]
-        return seq, cls
+            sentence = masked_mean(seq, mask)
+        elif self.pooling == "last":
+            sentence = last_token(seq, mask)
+        else:
+            # Plain fine-tuning reads the pooler (as BERT's classifiers do); feature mixes read [CLS] itself.
+            sentence = out.pooler_output if not self.feature_layers and out.pooler_output is not None else seq[:, 0]
+        lm = None
+        # Training only: GPT's L3 = L2 + lambda L1 is what is optimised; evaluation scores the task alone.
+        if with_lm and self.lm_head is not None and self.training and batch.labels is not None:
+            labels = lm_labels(ids, mask)
+            if rows is not None:
+                labels = labels.masked_fill(~rows.reshape(-1, 1).bool(), IGNORE_INDEX)
+            # The LM head reads the top layer, as in pretraining, whatever feature mix the task head reads.
+            _, loss, metrics, counts = causal_lm_loss(out.last_hidden_state, labels, self.lm_head, "lm")
+            lm = LMTerm(loss, metrics, counts)
+        return Features(seq, sentence, lm)
+
+    def with_lm(
+        self, loss: torch.Tensor, metrics: dict[str, torch.Tensor], counts: dict[str, torch.Tensor], lm: LMTerm | None
+    ) -> torch.Tensor:
+        """task loss + lm_weight x LM loss (GPT's L3); logs `task_loss`, `lm_loss` and `lm_acc` beside `loss`.
+        Returns the task loss unchanged when there is no LM term."""
+        if lm is None:
+            return loss
+        metrics["task_loss"] = loss.detach()
+        counts["task_loss"] = torch.ones((), device=loss.device)
+        metrics.update(lm.metrics)
+        counts.update(lm.counts)
+        return loss + self.lm_weight * lm.loss
 
     @property
     def config(self) -> ModelConfig:

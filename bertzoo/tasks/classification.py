@@ -4,6 +4,13 @@ labels (sigmoid + BCE, threshold 0.5) or a real-valued score (MSE, as STS-B).
 Pairs are encoded as [CLS] A [SEP] B [SEP] (segment ids 0 for A, 1 for B) and truncated
 longest-first to `data.max_seq_len`. The head reads `TaskModel.encode`'s sentence vector (the
 pooler output, or [CLS] of a feature mix).
+
+A left-to-right model (GPT, `config.causal`) is fine-tuned as the GPT paper does it: the same input is
+GPT's transformation (start [CLS], delimiter [SEP], the final [SEP] as the extract token), the head
+reads the extract token's state (`technique.pooling` auto = last) through a bias-free linear layer
+(`h W_y`), an entailment pair is premise [SEP] hypothesis, and a similarity pair (regression, or
+`technique.pair_orders=both`) is encoded in both orders with the two extract states added before the head.
+Training adds `technique.lm_weight` x the next-token LM loss over the inputs (TaskModel).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from bertzoo.tasks.base import EvalResult, FeatureDataset, Task, TaskModel, batc
 from bertzoo.tasks.common import (
     attention_from_lengths,
     builtin_spec,
+    encode_pair_orders,
     encode_pairs,
     eval_batch_size,
     example_index,
@@ -51,20 +59,30 @@ THRESHOLD = 0.5  # multi-label: a label is predicted when its sigmoid probabilit
 
 
 class ClassificationModel(TaskModel):
-    """Encoder + `ClassificationHead` on the sentence vector; the loss depends on `problem`."""
+    """Encoder + `ClassificationHead` on the sentence vector; the loss depends on `problem`.
+
+    input_ids of (batch, orders, seq) are a pair in both orders: their sentence vectors are added."""
 
     reads_sequence = False  # the head reads the sentence vector only (cls pooling: top layer skips other tokens)
 
     def __init__(self, encoder: nn.Module, num_labels: int, problem: str, technique: TechniqueConfig) -> None:
-        super().__init__(encoder, technique.feature_layers, technique.feature_mix, technique.pooling)
+        super().__init__(
+            encoder, technique.feature_layers, technique.feature_mix, technique.pooling, technique.lm_weight
+        )
         self.problem = problem
         self.num_labels = num_labels
         self.head = ClassificationHead(
-            self.feature_dim, 1 if problem == "regression" else num_labels, technique.head_dropout
+            self.feature_dim,
+            1 if problem == "regression" else num_labels,
+            technique.head_dropout,
+            bias=not self.causal,  # GPT's h W_y, as transformers' GPT2ForSequenceClassification (exportable)
         )
 
     def forward(self, batch: Batch) -> ObjectiveOutput:
-        _, sentence = self.encode(batch)
+        features = self.features(batch)
+        sentence = features.sentence
+        if batch.input_ids.dim() == 3:  # (batch, orders, seq): GPT's similarity adds the orders' states
+            sentence = sentence.view(*batch.input_ids.shape[:2], -1).sum(1)
         logits = self.head(sentence)  # (batch, num_labels) or (batch, 1)
         if self.problem == "regression":
             logits = logits.squeeze(-1)  # (batch,)
@@ -84,6 +102,7 @@ class ClassificationModel(TaskModel):
             loss = F.cross_entropy(scores, labels)
             metrics = {"acc": (scores.argmax(-1) == labels).float().mean().detach()}
         counts = {k: n for k in metrics}
+        loss = self.with_lm(loss, metrics, counts, features.lm)
         metrics["loss"] = loss.detach()
         counts["loss"] = torch.ones((), device=logits.device)
         return ObjectiveOutput(loss=loss, metrics=metrics, counts=counts, logits=logits)
@@ -108,6 +127,8 @@ class ClassificationTask(Task):
         if spec is not None and self.problem != "single_label":
             raise ConfigError(f"{cfg.data.dataset} is a single-label dataset; set problem: single_label")
         self._labels: list[str] | None = None
+        self.both_orders: bool | None = None  # fixed by build() (auto needs to know whether the model is causal)
+        self._pairs: bool | None = None  # whether the train split holds text pairs (set by load)
         if self.problem != "regression":
             if cfg.data.labels:
                 self._labels = [str(x) for x in cfg.data.labels]
@@ -133,6 +154,14 @@ class ClassificationTask(Task):
             "feature_mix": t.feature_mix,
             "pooling": t.pooling,
         }
+
+    def _resolve_orders(self, causal: bool) -> bool:
+        """Whether pairs are encoded in both orders: `technique.pair_orders`, auto = both for similarity
+        scores (regression) of text pairs on a causal model, the GPT paper's similarity input."""
+        orders = self.cfg.technique.pair_orders
+        if orders == "auto":
+            return causal and self.problem == "regression" and self._pairs is not False
+        return orders == "both"
 
     def _ensure_labels(self) -> None:
         if self._labels is None and self.problem != "regression":
@@ -174,6 +203,8 @@ class ClassificationTask(Task):
 
     def load(self, split: str) -> list[dict[str, Any]]:
         examples = load_split(self.cfg, split, "text", LABEL_TYPES[self.problem])  # type: ignore[arg-type]
+        if split == "train" and examples:
+            self._pairs = "text_pair" in examples[0] or bool(self.cfg.data.text_pair_column)
         if split == "train" and self._labels is None and self.problem != "regression":
             self._fix_labels(examples)
         elif self._labels is None:
@@ -188,19 +219,31 @@ class ClassificationTask(Task):
         if pair and not all("text_pair" in e for e in examples):
             missing = next(e for e in examples if "text_pair" not in e)
             raise DataError(f"{missing.get('source', split)}: no text_pair while the task uses text pairs")
-        encoded = encode_pairs(
-            self.tokenizer,
-            [e["text"] for e in examples],
-            [e["text_pair"] for e in examples] if pair else None,
-            self.cfg.data.max_seq_len,
-        )
+        both = self.both_orders if self.both_orders is not None else self.cfg.technique.pair_orders == "both"
+        if both and not pair and self.cfg.technique.pair_orders == "both":
+            raise ConfigError(
+                "technique.pair_orders=both needs text pairs (data.text_pair_column); single texts have one order"
+            )
+        texts = [e["text"] for e in examples]
+        swapped: list[tuple[np.ndarray, np.ndarray]] | None = None
+        if both and pair:
+            orders = encode_pair_orders(
+                self.tokenizer, texts, [e["text_pair"] for e in examples], self.cfg.data.max_seq_len
+            )
+            encoded, swapped = [o[0] for o in orders], [o[1] for o in orders]
+        else:
+            encoded = encode_pairs(
+                self.tokenizer, texts, [e["text_pair"] for e in examples] if pair else None, self.cfg.data.max_seq_len
+            )
         labelled = labels_present(examples, "label", "label")
         if labelled and self.problem != "regression":
             self._ensure_labels()
         index = {label: i for i, label in enumerate(self._labels or [])}
         features = []
-        for ex, (ids, types) in zip(examples, encoded, strict=True):
+        for i, (ex, (ids, types)) in enumerate(zip(examples, encoded, strict=True)):
             f: dict[str, Any] = {"input_ids": ids, "token_type_ids": types}
+            if swapped is not None:
+                f["swapped_input_ids"], f["swapped_token_type_ids"] = swapped[i]
             if labelled:
                 f["label"] = self._encode_label(ex, index, split)
             features.append(f)
@@ -222,15 +265,23 @@ class ClassificationTask(Task):
             ) from None
 
     def collate(self, features: list[dict[str, Any]]) -> Batch:
-        ids, lengths = pad_2d([f["input_ids"] for f in features], self.tokenizer.pad_id)
-        types, _ = pad_2d([f["token_type_ids"] for f in features], 0)
+        """(batch, seq) tensors, or (batch, 2, seq) for pairs in both orders (padded to one width)."""
+        orders = 2 if "swapped_input_ids" in features[0] else 1
+        prefixes = ("", "swapped_")[:orders]
+        ids, lengths = pad_2d([f[f"{p}input_ids"] for p in prefixes for f in features], self.tokenizer.pad_id)
+        types, _ = pad_2d([f[f"{p}token_type_ids"] for p in prefixes for f in features], 0)
+        mask = attention_from_lengths(lengths, ids.size(1))
+        if orders == 2:  # rows are all first orders, then all second orders -> (batch, orders, seq)
+            ids, types, mask = (
+                t.view(orders, len(features), -1).transpose(0, 1).contiguous() for t in (ids, types, mask)
+            )
         labels = None
         if "label" in features[0]:
             stacked = np.stack([f["label"] for f in features])
             labels = torch.from_numpy(stacked.astype(np.int64 if self.problem == "single_label" else np.float32))
         return Batch(
             input_ids=ids,
-            attention_mask=attention_from_lengths(lengths, ids.size(1)),
+            attention_mask=mask,
             token_type_ids=types,
             labels=labels,
             example_index=example_index(features),
@@ -241,7 +292,15 @@ class ClassificationTask(Task):
     def build(self, encoder: nn.Module) -> ClassificationModel:
         n = 1 if self.problem == "regression" else len(self.label_names())
         model = ClassificationModel(encoder, n, self.problem, self.cfg.technique)
-        model.head_config = self.head_config()
+        self.both_orders = self._resolve_orders(model.causal)
+        # The resolved choices, so a saved model (and its export) says what it computes.
+        model.head_config = {
+            **self.head_config(),
+            "pooling": model.pooling,
+            "pair_orders": "both" if self.both_orders else "one",
+        }
+        if model.causal:  # the extract token is the last non-pad id: Hugging Face's GPT classifiers need the id
+            model.head_config["pad_token_id"] = int(self.tokenizer.pad_id)
         return model
 
     # -- evaluation and prediction ----------------------------------------------------------------

@@ -4,7 +4,7 @@ padding, and numpy softmax/loss for evaluation."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,7 @@ __all__ = [
     "attention_from_lengths",
     "builtin_spec",
     "check_max_len",
+    "encode_pair_orders",
     "encode_pairs",
     "eval_batch_size",
     "example_index",
@@ -103,27 +104,55 @@ def truncate_pair(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
     return len_a - excess // 2, len_b - (excess + 1) // 2
 
 
+def _truncated_pairs(
+    tokenizer, texts: Sequence[str], pairs: Sequence[str] | None, max_seq_len: int, symmetric: bool
+) -> Iterator[tuple[Any, Any]]:
+    """(A, B or None) tokenizer encodings without specials, truncated longest-first to fit `max_seq_len`
+    with the specials. `symmetric`: (A, B) and (B, A) keep the same tokens (where longest-first would drop
+    one token more from the second side, both sides lose it)."""
+    backend = tokenizer.backend
+    budget = check_max_len(tokenizer, max_seq_len, pairs is not None)
+    firsts = backend.encode_batch(list(texts), add_special_tokens=False)
+    seconds = backend.encode_batch(list(pairs), add_special_tokens=False) if pairs is not None else None
+    for i, a in enumerate(firsts):
+        b = seconds[i] if seconds is not None else None
+        la, lb = truncate_pair(len(a), len(b) if b is not None else 0, budget)
+        if symmetric and b is not None:
+            lb2, la2 = truncate_pair(len(b), len(a), budget)
+            la, lb = min(la, la2), min(lb, lb2)
+        if la < len(a):
+            a.truncate(la)
+        if b is not None and lb < len(b):
+            b.truncate(lb)
+        yield a, b
+
+
+def _merged(backend, a, b) -> tuple[np.ndarray, np.ndarray]:
+    merged = backend.post_process(a, b, add_special_tokens=True)
+    return np.asarray(merged.ids, dtype=np.int32), np.asarray(merged.type_ids, dtype=np.int32)
+
+
 def encode_pairs(
     tokenizer, texts: Sequence[str], pairs: Sequence[str] | None, max_seq_len: int
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """(input_ids, token_type_ids) int32 arrays of [CLS] A [SEP] (or [CLS] A [SEP] B [SEP] with B's
     segment id 1), built by the tokenizer's own post-processor after longest-first truncation
-    to `max_seq_len` tokens in total."""
+    to `max_seq_len` tokens in total. For a left-to-right model this is GPT's input transformation:
+    start token [CLS], delimiter [SEP], and the final [SEP] as the extract token."""
     backend = tokenizer.backend
-    budget = check_max_len(tokenizer, max_seq_len, pairs is not None)
-    firsts = backend.encode_batch(list(texts), add_special_tokens=False)
-    seconds = backend.encode_batch(list(pairs), add_special_tokens=False) if pairs is not None else None
-    out = []
-    for i, a in enumerate(firsts):
-        b = seconds[i] if seconds is not None else None
-        la, lb = truncate_pair(len(a), len(b) if b is not None else 0, budget)
-        if la < len(a):
-            a.truncate(la)
-        if b is not None and lb < len(b):
-            b.truncate(lb)
-        merged = backend.post_process(a, b, add_special_tokens=True)
-        out.append((np.asarray(merged.ids, dtype=np.int32), np.asarray(merged.type_ids, dtype=np.int32)))
-    return out
+    return [_merged(backend, a, b) for a, b in _truncated_pairs(tokenizer, texts, pairs, max_seq_len, False)]
+
+
+def encode_pair_orders(
+    tokenizer, texts: Sequence[str], pairs: Sequence[str], max_seq_len: int
+) -> list[tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]]:
+    """Both orders of each pair, ([CLS] A [SEP] B [SEP], [CLS] B [SEP] A [SEP]) as `encode_pairs` gives
+    them, from the same tokens of A and B (GPT's similarity input: the pair has no natural order)."""
+    backend = tokenizer.backend
+    return [
+        (_merged(backend, a, b), _merged(backend, b, a))
+        for a, b in _truncated_pairs(tokenizer, texts, pairs, max_seq_len, True)
+    ]
 
 
 def pad_2d(sequences: Sequence[np.ndarray], value: int) -> tuple[torch.Tensor, np.ndarray]:

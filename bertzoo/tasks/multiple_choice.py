@@ -4,6 +4,10 @@ over an example's choices (cross-entropy against the gold ending) trains it, as 
 
 Examples may have different numbers of endings: a batch pads to its largest choice count, and
 the padded choices get the lowest score so they never win or take probability.
+
+A left-to-right model (GPT) reads each choice's extract token (the final [SEP]: `technique.pooling`
+auto = last) with a bias-free score `h W_y`, and training adds `technique.lm_weight` x the next-token
+LM loss over the real choices' tokens, as the GPT paper fine-tunes multiple choice.
 """
 
 from __future__ import annotations
@@ -42,14 +46,17 @@ class MultipleChoiceModel(TaskModel):
     reads_sequence = False  # the head reads the sentence vector only (cls pooling: top layer skips other tokens)
 
     def __init__(self, encoder: nn.Module, technique: TechniqueConfig) -> None:
-        super().__init__(encoder, technique.feature_layers, technique.feature_mix, technique.pooling)
-        self.head = ClassificationHead(self.feature_dim, 1, technique.head_dropout)
+        super().__init__(
+            encoder, technique.feature_layers, technique.feature_mix, technique.pooling, technique.lm_weight
+        )
+        # A bias adds the same to every choice (the softmax ignores it); GPT's score is h W_y.
+        self.head = ClassificationHead(self.feature_dim, 1, technique.head_dropout, bias=not self.causal)
 
     def forward(self, batch: Batch) -> ObjectiveOutput:
         n_examples, n_choices = batch.input_ids.shape[:2]
-        _, sentence = self.encode(batch)  # (batch * choices, dim)
-        logits = self.head(sentence).view(n_examples, n_choices)
         choice_mask = batch.extra.get("choice_mask")
+        features = self.features(batch, rows=choice_mask)  # padded choices stay out of the LM loss
+        logits = self.head(features.sentence).view(n_examples, n_choices)  # sentence: (batch * choices, dim)
         if choice_mask is not None:
             logits = logits.masked_fill(~choice_mask.bool(), torch.finfo(logits.dtype).min)
         labels = batch.labels
@@ -58,15 +65,12 @@ class MultipleChoiceModel(TaskModel):
         scores = logits.float()
         loss = F.cross_entropy(scores, labels)
         acc = (scores.argmax(-1) == labels).float().mean()
-        return ObjectiveOutput(
-            loss=loss,
-            metrics={"loss": loss.detach(), "acc": acc.detach()},
-            counts={
-                "loss": torch.ones((), device=logits.device),
-                "acc": torch.tensor(n_examples, device=logits.device),
-            },
-            logits=logits,
-        )
+        metrics = {"acc": acc.detach()}
+        counts = {"acc": torch.tensor(n_examples, device=logits.device)}
+        loss = self.with_lm(loss, metrics, counts, features.lm)
+        metrics["loss"] = loss.detach()
+        counts["loss"] = torch.ones((), device=logits.device)
+        return ObjectiveOutput(loss=loss, metrics=metrics, counts=counts, logits=logits)
 
 
 class MultipleChoiceTask(Task):

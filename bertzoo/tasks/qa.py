@@ -140,6 +140,12 @@ def _answer_tokens(example: dict[str, Any], offsets: np.ndarray) -> tuple[int, i
 class QAModel(TaskModel):
     """Encoder + `SpanHead`; loss = (CE(start) + CE(end)) / 2 over the non-padding tokens."""
 
+    # A span's start is scored before the model has read the span: the GPT paper has no span task either.
+    causal_refusal = (
+        "extractive QA needs every context token to see the words after it, which a left-to-right (GPT) "
+        "model's tokens cannot; fine-tune a bidirectional model (BERT, RoBERTa, ...) or use task: seq2seq"
+    )
+
     def __init__(
         self, encoder: nn.Module, feature_layers: int = 0, feature_mix: str = "weighted", dropout: float = 0.1
     ) -> None:

@@ -155,6 +155,12 @@ def centrality(w0: int, w1: int) -> np.ndarray:
 class TokenClassificationModel(TaskModel):
     """Encoder + `TokenClassificationHead` (optionally a BiLSTM over the token features)."""
 
+    # A tag would be read from the left context alone: refused rather than trained blind to the right.
+    causal_refusal = (
+        "token classification needs every token to see the words after it, which a left-to-right (GPT) "
+        "model's tokens cannot; fine-tune a bidirectional model (BERT, RoBERTa, ...)"
+    )
+
     def __init__(self, encoder: nn.Module, num_labels: int, technique: TechniqueConfig) -> None:
         super().__init__(encoder, technique.feature_layers, technique.feature_mix)
         self.num_labels = num_labels

@@ -28,11 +28,11 @@ import torch
 from torch import nn
 
 from bertzoo.config import FinetuneConfig, resolve_batching, to_plain
-from bertzoo.errors import ConfigError, DataError
+from bertzoo.errors import CheckpointError, ConfigError, DataError
 from bertzoo.io import FINETUNE_CONFIG
 from bertzoo.loading import BUILTIN_PREFIX, HUB_PREFIX, load_finetuned
 from bertzoo.loading import resolve as resolve_model_path  # a model spec: path, builtin:NAME or hf:ID
-from bertzoo.tasks import POOLED_TASKS, get_task, mark_sentence_only
+from bertzoo.tasks import POOLED_TASKS, get_task, mark_sentence_only, resolve_pooling
 from bertzoo.train.evaluation import BEST_DIR
 
 MODEL_DIR = "model"
@@ -119,15 +119,40 @@ def has_split(cfg: FinetuneConfig, split: str) -> bool:
 
 def build_model(task, encoder: nn.Module, cfg: FinetuneConfig) -> nn.Module:
     """task.build(encoder), with the head config completed for saving (task name, labels, problem)."""
-    if cfg.task in POOLED_TASKS and not cfg.technique.feature_layers and cfg.technique.pooling == "cls":
+    t = cfg.technique
+    # Only a [CLS] classifier reads a pooler (a causal model's auto pooling is its last token: none added).
+    if cfg.task in POOLED_TASKS and not t.feature_layers and resolve_pooling(t.pooling, encoder.config.causal) == "cls":
         _seeded(cfg.train.seed + 1, lambda: add_pooler(encoder))
     model = _seeded(cfg.train.seed, lambda: task.build(encoder))
+    if cfg.model and getattr(model, "pretrained_head_prefix", None):
+        load_pretrained_head(model, cfg.model)
     mark_sentence_only(model, cfg.task)
     head = {**task.head_config(), **(getattr(model, "head_config", None) or {})}
     if cfg.task == "classification":
         head.setdefault("problem", cfg.problem)
     model.head_config = head
     return model
+
+
+def load_pretrained_head(model: nn.Module, path: str) -> int:
+    """Copy the head a task model shares with pretraining (seq2seq on a bidirectional model: the
+    masked-LM head, `model.pretrained_head_prefix` = "mlm_head.") from the checkpoint at `path` into
+    `model.head`; returns how many tensors came from it (0: the checkpoint has no such head, e.g. a bare
+    encoder, and the head keeps its fresh initialisation)."""
+    from bertzoo.loading import read_checkpoint
+
+    prefix = model.pretrained_head_prefix
+    _, _, state, _ = read_checkpoint(resolve_model_path(path))
+    own = model.head.state_dict()
+    found = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix) and k[len(prefix) :] in own}
+    for key, value in found.items():
+        if value.shape != own[key].shape:
+            raise CheckpointError(
+                f"{path}: {prefix}{key} has shape {tuple(value.shape)}, the model needs {tuple(own[key].shape)}"
+            )
+    model.head.load_state_dict(found, strict=False)
+    model.head_from_pretraining = len(found)
+    return len(found)
 
 
 def _save_extra(tokenizer, cfg: FinetuneConfig):
@@ -159,7 +184,6 @@ def finetune(cfg: FinetuneConfig, resume: str | None = None) -> dict[str, Any]:
     task = get_task(cfg, tokenizer)
 
     examples: dict[str, list[dict[str, Any]]] = {}
-    datasets: dict[str, Any] = {}
     for split in SPLITS:  # train first: it fixes the label set
         if split == "train" or has_split(cfg, split):
             examples[split] = task.load(split)
@@ -169,12 +193,13 @@ def finetune(cfg: FinetuneConfig, resume: str | None = None) -> dict[str, Any]:
                 if split == "train":
                     raise DataError("the training split is empty; check data.train / data.dataset")
                 del examples[split]
-                continue
-            datasets[split] = task.featurize(examples[split], split)
+
+    # Build before featurizing: features may depend on the model (a causal model's similarity pairs
+    # are encoded in both orders), as they do when a saved model is loaded.
+    model = build_model(task, encoder, cfg)
+    datasets = {split: task.featurize(rows, split) for split, rows in examples.items()}
     if len(datasets["train"]) == 0:
         raise DataError("no training features were produced; check the data and data.max_seq_len")
-
-    model = build_model(task, encoder, cfg)
     techniques = apply_techniques(model, cfg.technique)
     gradual = techniques.pop("gradual_unfreezing", None)
     groups = None
@@ -367,16 +392,18 @@ def predict_file(
     batch_size: int = 64,
     chunk_size: int = 4096,
     device: str = "auto",
+    overrides: dict[str, Any] | None = None,
 ) -> int:
     """Batch inference: one JSON object per input line in, one prediction object per line out (same
     order; an input `id` is carried over). Inputs use the training data's field names (e.g. `text`,
     or the configured data.text_column). Runs in chunks, so memory stays bounded for any file size,
-    and writes the output atomically. Returns the number of predictions."""
+    and writes the output atomically. `overrides` update the saved config (e.g. {"generation": {...}}).
+    Returns the number of predictions."""
     from bertzoo.io import replace_atomically
 
     if batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {batch_size}")
-    task, model, _ = load_finetuned(model_dir, {"train": {"eval_batch_size": batch_size}})
+    task, model, _ = load_finetuned(model_dir, {**(overrides or {}), "train": {"eval_batch_size": batch_size}})
     model = _to_device(model, device)
     d = task.cfg.data
     renames = {d.text_column: "text", d.text_pair_column: "text_pair"} if task.cfg.task == "classification" else {}

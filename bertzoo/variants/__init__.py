@@ -23,7 +23,7 @@ from typing import Any
 from bertzoo.config import ModelConfig
 from bertzoo.errors import CheckpointError, ConfigError
 from bertzoo.hf_keys import HFFamily
-from bertzoo.variants import albert, bert, electra, ernie, gpt, roberta, spanbert
+from bertzoo.variants import albert, bert, electra, ernie, gpt, roberta, spanbert, unilm
 
 VARIANTS: dict[str, ModuleType] = {
     "bert": bert,
@@ -33,6 +33,7 @@ VARIANTS: dict[str, ModuleType] = {
     "spanbert": spanbert,
     "ernie": ernie,
     "gpt": gpt,
+    "unilm": unilm,
 }
 
 

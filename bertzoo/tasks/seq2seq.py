@@ -1,0 +1,307 @@
+"""Sequence-to-sequence fine-tuning: a source text mapped to a target text that the model generates.
+
+Every example reads `[CLS] source [SEP] target [SEP]` (segment 0 for the source, 1 for the target);
+the model decides how it learns the target:
+
+* a left-to-right model (GPT, `config.causal`) predicts each target token from the ones before it,
+  the final [SEP] included so it learns to stop, plus `technique.lm_weight` (GPT's lambda, 0.5) times
+  the language-model loss on the source, the auxiliary objective of the GPT paper;
+* a bidirectional encoder (BERT, UniLM) attends with UniLM's sequence-to-sequence mask (the source
+  sees the source, a target token the source and the target up to itself) and predicts the target
+  tokens replaced by [MASK], each with probability `technique.target_mask_prob` (0.7, UniLM's
+  fine-tuning rate), the final [SEP] included, with its masked-LM head.
+
+Evaluation and prediction generate from `[CLS] source [SEP]` with `bertzoo.generation` (the
+`generation` section of the config; greedy by default) until [SEP], and score the decoded text with
+ROUGE, BLEU and exact match (`bertzoo.metrics_generation`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertzoo.batch import IGNORE_INDEX, Batch
+from bertzoo.config import FinetuneConfig, GenerationConfig
+from bertzoo.data.rng import uniform
+from bertzoo.data.unilm_collate import PER_LM_SEGMENT_IDS, PER_LM_TYPE_VOCAB
+from bertzoo.errors import ConfigError, DataError
+from bertzoo.generation import CausalDecoding, MaskPredictDecoding, generate
+from bertzoo.heads import LMHead, MaskedLMHead
+from bertzoo.metrics_generation import generation_metrics
+from bertzoo.model import init_weights
+from bertzoo.nn.masks import seq2seq_mask
+from bertzoo.objectives.base import ObjectiveOutput
+from bertzoo.objectives.clm import causal_lm_loss
+from bertzoo.objectives.mlm import masked_lm_loss
+from bertzoo.tasks.base import EvalResult, FeatureDataset, Task, TaskModel
+from bertzoo.tasks.common import (
+    attention_from_lengths,
+    eval_batch_size,
+    example_index,
+    labels_present,
+    load_split,
+    pad_2d,
+)
+
+__all__ = ["Seq2SeqModel", "Seq2SeqTask"]
+
+DEFAULT_METRIC = "rougeL"
+SAMPLES = 20  # decoded examples kept in the evaluation report
+
+
+def segment_ids(type_vocab_size: int) -> tuple[int, int]:
+    """(source, target) segment ids: UniLM's seq2seq pair (4, 5) on a model with its six segment rows, so
+    fine-tuning reads what pretraining wrote; BERT's (0, 1) otherwise; (0, 0) without a second row."""
+    if type_vocab_size >= PER_LM_TYPE_VOCAB:
+        source, target = PER_LM_SEGMENT_IDS[-1]
+        return int(source), int(target)
+    return (0, 1) if type_vocab_size >= 2 else (0, 0)
+
+
+class Seq2SeqModel(TaskModel):
+    """An encoder with a token-prediction head: the tied next-token `LMHead` on a causal model, the
+    masked-LM head on a bidirectional one. `decoding()` gives what `bertzoo.generation` steps through."""
+
+    def __init__(self, encoder: nn.Module, lm_weight: float, mask_token_id: int) -> None:
+        super().__init__(encoder)
+        c = encoder.config
+        self.segments = segment_ids(c.type_vocab_size)
+        self.causal = bool(c.causal)
+        # The masked-LM head was trained with the encoder; the fine-tuning runner copies it from a
+        # pretraining checkpoint (a causal model's head is the tied word table: nothing to copy).
+        self.pretrained_head_prefix = None if self.causal else "mlm_head."
+        self.lm_weight = lm_weight
+        self.mask_token_id = mask_token_id
+        tied = encoder.word_embeddings.weight if c.tie_word_embeddings else None
+        if self.causal:
+            self.head: nn.Module = LMHead(c.hidden_size, c.vocab_size, tied_weight=tied)
+        else:
+            self.head = MaskedLMHead(
+                c.hidden_size,
+                c.vocab_size,
+                embedding_size=c.embedding_size,
+                act=c.hidden_act,
+                layer_norm_eps=c.layer_norm_eps,
+                tied_weight=tied,
+            )
+            for m in (self.head.dense, self.head.norm):
+                m.apply(lambda mod: init_weights(mod, c.initializer_range))
+        if tied is None:
+            init_weights(self.head.decoder, c.initializer_range)
+        if encoder.pooler is not None:
+            encoder.pooler.requires_grad_(False)  # nothing reads it; DDP must not wait for its gradients
+
+    def decoding(self) -> CausalDecoding | MaskPredictDecoding:
+        """The model side of `bertzoo.generation.generate`."""
+        if self.causal:
+            return CausalDecoding(self.encoder, self.head)
+        source, target = self.segments
+        return MaskPredictDecoding(self.encoder, self.head, self.mask_token_id, target, source)
+
+    def forward(self, batch: Batch) -> ObjectiveOutput:
+        if batch.labels is None:
+            return ObjectiveOutput(loss=None)
+        if self.causal:
+            hidden = self.encoder(batch.input_ids, batch.attention_mask, pool=False).last_hidden_state
+            _, loss, metrics, counts = causal_lm_loss(hidden, batch.labels, self.head, "target")
+            terms = {"target": (loss, 1.0)}
+            source = batch.extra.get("source_labels")
+            if self.lm_weight > 0 and source is not None:
+                _, aux, m, c = causal_lm_loss(hidden, source, self.head, "source")
+                metrics.update(m)
+                counts.update(c)
+                loss = loss + self.lm_weight * aux
+                terms["source"] = (aux, self.lm_weight)
+        else:
+            pattern = batch.extra["attention_pattern"]  # (batch, seq, seq): UniLM's seq2seq mask
+            hidden = self.encoder(batch.input_ids, pattern, batch.token_type_ids, pool=False).last_hidden_state
+            _, loss, metrics, counts = masked_lm_loss(hidden, batch.labels, self.head, "target")
+            terms = {"target": (loss, 1.0)}
+        metrics["loss"] = loss.detach()
+        counts["loss"] = torch.ones((), device=loss.device)
+        return ObjectiveOutput(loss=loss, metrics=metrics, counts=counts, terms=terms)
+
+
+class Seq2SeqTask(Task):
+    """Text-to-text generation; see the module doc. Examples are {"text": source, "target": target}
+    (files: `data.text_column` and `data.target_column`)."""
+
+    name = "seq2seq"
+    default_metric = DEFAULT_METRIC
+
+    def __init__(self, cfg: FinetuneConfig, tokenizer) -> None:
+        super().__init__(cfg, tokenizer)
+        d, t = cfg.data, cfg.technique
+        if d.max_target_len < 2:
+            raise ConfigError(f"data.max_target_len must be >= 2 (a token and the stop token), got {d.max_target_len}")
+        if d.max_seq_len < d.max_target_len + 4:
+            raise ConfigError(
+                f"data.max_seq_len={d.max_seq_len} leaves no room for a source beside "
+                f"data.max_target_len={d.max_target_len}; raise max_seq_len or lower max_target_len"
+            )
+        if not 0.0 < t.target_mask_prob <= 1.0:
+            raise ConfigError(f"technique.target_mask_prob must be in (0, 1], got {t.target_mask_prob}")
+        if t.lm_weight < 0:
+            raise ConfigError(f"technique.lm_weight must be >= 0, got {t.lm_weight}")
+        self.special = tokenizer.special
+        self.causal: bool | None = None  # fixed by build(): how batches are labelled
+
+    # -- data -----------------------------------------------------------------------------------
+
+    def load(self, split: str) -> list[dict[str, Any]]:
+        # Files: the target column is read where classification reads its label.
+        cfg = dataclasses.replace(
+            self.cfg, data=dataclasses.replace(self.cfg.data, label_column=self.cfg.data.target_column)
+        )
+        examples = load_split(cfg, split, "text")
+        out = []
+        for ex in examples:
+            ex = dict(ex)
+            if "label" in ex:
+                ex["target"] = str(ex.pop("label"))
+            out.append(ex)
+        if not labels_present(out, "target", "target text"):
+            raise DataError(
+                f"the {split} split has no target texts (column {self.cfg.data.target_column!r}); "
+                "set data.target_column (for unlabelled data use `bertzoo predict`)"
+            )
+        return out
+
+    def _prompts(self, texts: list[str]) -> list[np.ndarray]:
+        """`[CLS] source [SEP]`, the source cut to what the target leaves of max_seq_len."""
+        budget = self.cfg.data.max_seq_len - self.cfg.data.max_target_len - 2
+        cls, sep = self.special.cls, self.special.sep
+        return [np.asarray([cls, *ids[:budget], sep], dtype=np.int64) for ids in self.tokenizer.encode_batch(texts)]
+
+    def featurize(self, examples: list[dict[str, Any]], split: str) -> FeatureDataset:
+        if not examples:
+            raise DataError(f"the {split} split is empty; check the data")
+        for ex in examples:
+            if not isinstance(ex.get("text"), str) or not ex["text"].strip():
+                raise DataError(f"{ex.get('source', split)}: needs a non-empty 'text' (the source) string")
+        prompts = self._prompts([e["text"] for e in examples])
+        labelled = labels_present(examples, "target", "target text")
+        targets = self.tokenizer.encode_batch([str(e["target"]) for e in examples]) if labelled else None
+        features = []
+        for i, prompt in enumerate(prompts):
+            if targets is not None:
+                body = targets[i][: self.cfg.data.max_target_len - 1]
+                ids = np.concatenate([prompt, np.asarray([*body, self.special.sep], dtype=np.int64)])
+            else:
+                ids = prompt
+            features.append({"input_ids": ids, "source_len": len(prompt)})
+        return FeatureDataset(features, [len(f["input_ids"]) for f in features], range(len(examples)))
+
+    def collate(self, features: list[dict[str, Any]]) -> Batch:
+        if self.causal is None:
+            raise ConfigError("Seq2SeqTask.collate needs the model first (call build)")
+        ids, lengths = pad_2d([f["input_ids"] for f in features], self.tokenizer.pad_id)
+        source = torch.tensor([int(f["source_len"]) for f in features])
+        width = ids.size(1)
+        pos = torch.arange(width)[None, :]
+        real = pos < torch.from_numpy(lengths)[:, None]
+        in_target = (pos >= source[:, None]) & real  # (batch, seq): the target tokens and its [SEP]
+        src_type, tgt_type = self.segments
+        types = torch.where(pos >= source[:, None], tgt_type, src_type)
+        batch = Batch(input_ids=ids, token_type_ids=types, example_index=example_index(features))
+        batch.attention_mask = attention_from_lengths(lengths, width)
+        if self.causal:
+            batch.labels = ids.masked_fill(~in_target, IGNORE_INDEX)
+            in_source = (pos >= 1) & (pos < source[:, None])  # [CLS] is never predicted
+            batch.extra["source_labels"] = ids.masked_fill(~in_source, IGNORE_INDEX)
+            return batch
+        chosen = self._mask_positions(features, in_target.numpy())
+        batch.labels = ids.masked_fill(~chosen, IGNORE_INDEX)
+        batch.input_ids = ids.masked_fill(chosen, self.special.mask)
+        batch.extra["attention_pattern"] = seq2seq_mask(source, torch.from_numpy(lengths), width)
+        return batch
+
+    def _mask_positions(self, features: list[dict[str, Any]], in_target: np.ndarray) -> torch.Tensor:
+        """Each target position with probability target_mask_prob, keyed by (seed, epoch, example); at
+        least one per example (its lowest draw), so every example teaches something."""
+        index = np.asarray([int(f.get("index", i)) for i, f in enumerate(features)], dtype=np.int64)
+        epoch = np.asarray([int(f.get("epoch", 0)) for f in features], dtype=np.int64)
+        u = uniform(self.cfg.train.seed, epoch[:, None], index[:, None], np.arange(in_target.shape[1])[None], "s2s")
+        u = np.where(in_target, u, np.inf)
+        chosen = u < self.cfg.technique.target_mask_prob
+        chosen[np.arange(len(u)), u.argmin(1)] = True
+        return torch.from_numpy(chosen & in_target)
+
+    # -- model ----------------------------------------------------------------------------------
+
+    def build(self, encoder: nn.Module) -> Seq2SeqModel:
+        self.causal = bool(encoder.config.causal)
+        self.segments = segment_ids(encoder.config.type_vocab_size)
+        model = Seq2SeqModel(encoder, self.cfg.technique.lm_weight, self.special.mask)
+        model.head_config = self.head_config()
+        return model
+
+    def generation_config(self) -> GenerationConfig:
+        """The run's generation settings, stopping at [SEP] and padding with the tokenizer's pad."""
+        g = self.cfg.generation
+        eos = g.eos_token_ids or [self.special.sep]
+        return GenerationConfig(**{**g.__dict__, "eos_token_ids": list(eos), "pad_token_id": self.tokenizer.pad_id})
+
+    # -- evaluation and prediction ----------------------------------------------------------------
+
+    def generate_texts(self, model: Seq2SeqModel, texts: list[str]) -> list[str]:
+        """Decoded targets for source texts, in order (batches of similar length, little padding)."""
+        prompts = self._prompts(texts)
+        config = self.generation_config()
+        device = next(model.parameters()).device
+        order = np.argsort([len(p) for p in prompts], kind="stable")
+        out: list[str] = [""] * len(prompts)
+        bs = eval_batch_size(self.cfg)
+        for start in range(0, len(order), bs):
+            chunk = order[start : start + bs]
+            ids, lengths = pad_2d([prompts[i] for i in chunk], self.tokenizer.pad_id)
+            mask = attention_from_lengths(lengths, ids.size(1))
+            result = generate(model.decoding(), ids.to(device), mask.to(device), config)
+            for j, i in enumerate(chunk):
+                tokens = result.sequences[j, : int(result.lengths[j])].tolist()
+                out[int(i)] = self.tokenizer.decode(tokens)
+        return out
+
+    def evaluate(self, model: nn.Module, examples: list[dict[str, Any]], features: FeatureDataset) -> EvalResult:
+        if not labels_present(examples, "target", "target text"):
+            raise DataError("evaluation needs examples with targets; use predict for unlabelled data")
+        loss = self._mean_loss(model, features)
+        predictions = self.generate_texts(model, [e["text"] for e in examples])
+        gold = [str(e["target"]) for e in examples]
+        metrics = {**generation_metrics(predictions, gold), "loss": loss}
+        rows = [{"prediction": p, "gold": g} for p, g in zip(predictions, gold, strict=True)]
+        # A few decoded examples in report.json: generated text is read, not only scored.
+        report = {"samples": rows[:SAMPLES]}
+        return EvalResult(metrics={k: float(v) for k, v in metrics.items()}, predictions=rows, report=report)
+
+    def _mean_loss(self, model: nn.Module, features: FeatureDataset) -> float:
+        """The target loss over the features, weighted by target tokens (epoch-0 masks)."""
+        device = next(model.parameters()).device
+        total = weight = 0.0
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.inference_mode():
+                bs = eval_batch_size(self.cfg)
+                for start in range(0, len(features), bs):
+                    batch = self.collate([features[i] for i in range(start, min(len(features), start + bs))])
+                    out = model(batch.to(device))
+                    n = float(out.counts["target_loss"])
+                    total += float(out.metrics["target_loss"]) * n
+                    weight += n
+        finally:
+            model.train(was_training)
+        return total / max(weight, 1.0)
+
+    def predict(self, model: nn.Module, examples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for e in examples:
+            if not isinstance(e.get("text"), str) or not e["text"].strip():
+                raise DataError(f"{e.get('source', 'an example')}: prediction input needs a non-empty 'text' string")
+        if not examples:
+            return []
+        return [{"prediction": p} for p in self.generate_texts(model, [e["text"] for e in examples])]
