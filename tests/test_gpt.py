@@ -182,8 +182,6 @@ def test_build_refuses_what_gpt_is_not() -> None:
         gpt.build(gpt.model_config({**TINY, "causal": False}))
     with pytest.raises(ValueError, match="causal=True"):
         CausalLM(Encoder(ModelConfig(**TINY)))
-    with pytest.raises(ConfigError, match="not implemented yet"):
-        gpt.examples(None, None, None)
 
 
 # --- Hugging Face, both directions ----------------------------------------------------------------

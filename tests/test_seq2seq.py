@@ -182,6 +182,10 @@ def test_a_small_generation_task_is_learned(tok, kind):
     result = task.evaluate(model, dev, task.featurize(dev, "dev"))
     assert result.metrics["exact_match"] > 0.6, result.metrics
     assert result.predictions[0].keys() == {"prediction", "gold"}
+    # model.generate on a prompt gives what evaluation decoded.
+    prompt = torch.from_numpy(task.featurize([{"text": dev[0]["text"]}], "predict")[0]["input_ids"])[None]
+    out = model.generate(prompt, config=task.generation_config())
+    assert tok.decode(out.sequences[0, : int(out.lengths[0])].tolist()) == result.predictions[0]["prediction"]
 
 
 def test_bad_settings(tok):

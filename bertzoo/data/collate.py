@@ -9,13 +9,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertzoo.batch import Batch
+from bertzoo.batch import IGNORE_INDEX, Batch
 from bertzoo.config import MaskingConfig
 from bertzoo.data.masking import Selector, mask_tokens
 from bertzoo.data.tokenizer import SpecialIds, Tokenizer
 from bertzoo.errors import ConfigError, DataError
 
-__all__ = ["CollatedInputs", "PretrainingCollator", "pad_batch"]
+__all__ = ["CausalLMCollator", "CollatedInputs", "PretrainingCollator", "pad_batch"]
 
 
 def pad_batch(
@@ -153,3 +153,15 @@ class PretrainingCollator:
             nsp = np.fromiter((int(e["next_sentence_label"]) for e in examples), dtype=np.int64, count=len(examples))
             batch.next_sentence_label = torch.from_numpy(nsp)
         return batch
+
+
+class CausalLMCollator(PretrainingCollator):
+    """Pads examples into a `Batch` for a causal (left-to-right) LM: the inputs unmasked, the labels the
+    inputs themselves with IGNORE_INDEX at padding (Hugging Face's convention; the objective shifts)."""
+
+    def __call__(self, examples: Sequence[dict[str, Any]] | Sequence[list[dict[str, Any]]]) -> Batch:
+        if examples and isinstance(examples[0], list):  # token-budget bins
+            examples = [e for group in examples for e in group]
+        rows = self.inputs(examples)
+        labels = np.where(rows.attention, rows.ids, IGNORE_INDEX)
+        return self.assemble(examples, rows, rows.ids, labels)

@@ -666,3 +666,17 @@ def pretraining_dataset(
     if data.tokens_per_batch:
         ds = TokenBudgetDataset(ds, data.tokens_per_batch, seed=seed, pad_to_multiple_of=data.pad_to_multiple_of)
     return ds
+
+
+def one_of_formats(
+    cfg: Any, corpus: ShardedCorpus, tokenizer: Tokenizer | SpecialIds, formats: tuple[str, ...], family: str
+) -> Any:
+    """`pretraining_dataset` of `cfg.data.input_format` (default: the first of `formats`) for a family that
+    reads one segment per example (RoBERTa, GPT); any other format is a ConfigError naming the choices."""
+    fmt = cfg.data.input_format or formats[0]
+    if fmt not in formats:
+        raise ConfigError(
+            f"data.input_format={fmt!r} is not a {family} input format (it reads one segment of running text, "
+            f"no sentence pairs); choose one of: {', '.join(formats)}"
+        )
+    return pretraining_dataset(fmt, corpus, tokenizer, cfg.data, seed=cfg.train.seed)

@@ -30,7 +30,7 @@ from bertzoo.config import FinetuneConfig, GenerationConfig
 from bertzoo.data.rng import uniform
 from bertzoo.data.unilm_collate import PER_LM_SEGMENT_IDS, PER_LM_TYPE_VOCAB
 from bertzoo.errors import ConfigError, DataError
-from bertzoo.generation import CausalDecoding, MaskPredictDecoding, generate
+from bertzoo.generation import CausalDecoding, GenerationOutput, MaskPredictDecoding, generate
 from bertzoo.heads import LMHead, MaskedLMHead
 from bertzoo.metrics_generation import generation_metrics
 from bertzoo.model import init_weights
@@ -102,6 +102,16 @@ class Seq2SeqModel(TaskModel):
             return CausalDecoding(self.encoder, self.head)
         source, target = self.segments
         return MaskPredictDecoding(self.encoder, self.head, self.mask_token_id, target, source)
+
+    def generate(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        config: GenerationConfig | None = None,
+        **overrides: Any,
+    ) -> GenerationOutput:
+        """Targets for `[CLS] source [SEP]` prompts (bertzoo.generation.generate); the new tokens only."""
+        return generate(self.decoding(), input_ids, attention_mask, config, **overrides)
 
     def forward(self, batch: Batch) -> ObjectiveOutput:
         if batch.labels is None:

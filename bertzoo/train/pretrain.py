@@ -57,7 +57,11 @@ def build_pretraining(cfg: PretrainConfig):
         torch.manual_seed(cfg.train.seed)
         objective = variant.build(model_cfg, objective=_objective_name(cfg, variant), **cfg.objective_args)
     if cfg.mlm_bias_init == "unigram":
-        init_mlm_bias(objective, unigram_counts(corpus, tokenizer.vocab_size, tokenizer.special_ids))
+        if not init_mlm_bias(objective, unigram_counts(corpus, tokenizer.vocab_size, tokenizer.special_ids)):
+            raise ConfigError(
+                f"mlm_bias_init: unigram needs a masked-LM output bias, which the {cfg.variant} model has none of "
+                "(a GPT head is the tied word table alone); remove mlm_bias_init"
+            )
     dataset = _examples(cfg, corpus, tokenizer)
     if hasattr(variant, "collator"):
         collator = variant.collator(cfg, tokenizer)
@@ -173,8 +177,9 @@ def make_mlm_evaluator(
                 totals[key] = totals.get(key, 0.0) + float(value) * w
                 weights[key] = weights.get(key, 0.0) + w
         result = {f"eval_{k}": totals[k] / weights[k] for k in totals if weights[k] > 0}
-        if "eval_mlm_loss" in result:
-            result["eval_mlm_ppl"] = math.exp(min(result["eval_mlm_loss"], 50.0))
+        for name in ("mlm", "lm"):  # masked-LM or next-token (causal LM) perplexity
+            if f"eval_{name}_loss" in result:
+                result[f"eval_{name}_ppl"] = math.exp(min(result[f"eval_{name}_loss"], 50.0))
         return result
 
     return evaluate, baseline

@@ -8,7 +8,8 @@ one after the last layer (`norm="pre"`, the encoder's final LayerNorm).
 
 Hugging Face: `openai-gpt` (OpenAIGPTModel / OpenAIGPTLMHeadModel) holds the post-norm layout and
 `gpt2` (GPT2Model / GPT2LMHeadModel) the pre-norm one; both store their projections as Conv1D,
-(in, out), the transpose of our nn.Linear. Pretraining data for GPT is not part of this module yet.
+(in, out), the transpose of our nn.Linear. Pretraining reads packed blocks of running text (`examples`),
+unmasked (`collator`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from torch import nn
 
 import bertzoo.hf_keys as hf_keys
 import bertzoo.io as io
-from bertzoo.config import ModelConfig, preset_config
+from bertzoo.config import ModelConfig, PretrainConfig, preset_config
 from bertzoo.errors import CheckpointError, ConfigError
 from bertzoo.hf_keys import REQUIRED, HFFamily
 from bertzoo.model import Encoder
@@ -87,11 +88,25 @@ def build(config: ModelConfig, objective: str = "clm", **args: Any) -> CausalLM:
     return CausalLM(Encoder(config))
 
 
-def examples(cfg, corpus, tokenizer, *, world_size: int = 1):
-    """Not yet: BERT's recipe (segment pairs, then masking) would feed [MASK]ed text to a causal LM."""
-    raise ConfigError(
-        "pretraining data for GPT (contiguous token blocks without masking) is not implemented yet; "
-        "GPT models can be built, converted and evaluated, not pretrained with `bertzoo pretrain`"
+INPUT_FORMATS = ("full_sentences", "doc_sentences")  # the first is the default
+
+
+def examples(cfg: PretrainConfig, corpus, tokenizer, *, world_size: int = 1):
+    """Packed blocks of contiguous text, `[CLS] text [SEP] text ... [SEP]`: whole sentences in corpus order
+    up to max_seq_len, crossing documents with a [SEP] at each document end (RoBERTa's FULL-SENTENCES
+    plan, `data.input_format: full_sentences`, the default), or never crossing one (`doc_sentences`).
+    Every corpus token is in exactly one block; nothing is masked (`collator`)."""
+    from bertzoo.data.examples import one_of_formats
+
+    return one_of_formats(cfg, corpus, tokenizer, INPUT_FORMATS, "GPT")
+
+
+def collator(cfg: PretrainConfig, tokenizer):
+    """Padding without masking: the targets of a causal LM are its inputs."""
+    from bertzoo.data.collate import CausalLMCollator
+
+    return CausalLMCollator(
+        tokenizer, cfg.data.masking, seed=cfg.train.seed, pad_to_multiple_of=cfg.data.pad_to_multiple_of
     )
 
 

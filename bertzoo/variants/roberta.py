@@ -42,8 +42,8 @@ DEFAULTS: dict[str, Any] = {
 
 OBJECTIVES = ("mlm",)
 DEFAULT_OBJECTIVE = "mlm"
+# The first is the default: the paper's final recipe (DOC-SENTENCES is marginally better).
 INPUT_FORMATS = ("full_sentences", "doc_sentences")
-DEFAULT_INPUT_FORMAT = "full_sentences"  # the paper's final recipe (DOC-SENTENCES is marginally better)
 
 
 def model_config(spec: dict[str, Any]) -> ModelConfig:
@@ -68,15 +68,9 @@ def build(config: ModelConfig, objective: str = "mlm") -> MaskedLM:
 def examples(cfg: PretrainConfig, corpus, tokenizer, *, world_size: int = 1):
     """FULL-SENTENCES (default) or DOC-SENTENCES examples; `data.tokens_per_batch` > 0 groups them
     into token-budget batches (see bertzoo.data.token_batches)."""
-    from bertzoo.data.examples import pretraining_dataset
+    from bertzoo.data.examples import one_of_formats
 
-    fmt = cfg.data.input_format or DEFAULT_INPUT_FORMAT
-    if fmt not in INPUT_FORMATS:
-        raise ConfigError(
-            f"data.input_format={fmt!r} is not a RoBERTa input format (it has no sentence-pair task); "
-            f"choose one of: {', '.join(INPUT_FORMATS)}"
-        )
-    return pretraining_dataset(fmt, corpus, tokenizer, cfg.data, seed=cfg.train.seed)
+    return one_of_formats(cfg, corpus, tokenizer, INPUT_FORMATS, "RoBERTa")
 
 
 # --- Hugging Face interop: BERT's encoder keys under `roberta.`, its own LM head ------------------

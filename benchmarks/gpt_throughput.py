@@ -1,0 +1,130 @@
+"""A GPT causal-LM training step: bertzoo against transformers' GPT2LMHeadModel, same weights, same batches.
+
+A GPT-mini (GPT-2 layout: 4 layers, 256 wide, 8k vocabulary, dropout off) is built in bertzoo and exported
+to a GPT2LMHeadModel (bertzoo.hub.export_hf), so both start from identical weights. Each side runs
+forward + backward + AdamW on the same batches of real-length rows (right padding, labels -100 at padding),
+under the same autocast; repetitions alternate which side runs first, and the first losses must agree.
+--precision auto resolves to bf16 only where the CPU runs it natively and faster (`bertzoo.precision`), else
+fp32. Prints tokens/s (real tokens) for both and the ratio. Last line: JSON with `ratio`.
+
+    python benchmarks/gpt_throughput.py --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import tempfile
+import time
+
+import torch
+
+from bertzoo.batch import Batch
+from bertzoo.hub import export_hf
+from bertzoo.objectives.clm import lm_labels
+from bertzoo.precision import autocast_dtype, cpu_capability, resolve_precision
+from bertzoo.variants import gpt
+
+
+def batches(n: int, batch: int, seq: int, vocab: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(ids, attention_mask) with rows of 3/4 to full length, the rest padding, fixed seed."""
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for _ in range(n):
+        ids = torch.randint(0, vocab, (batch, seq), generator=g)
+        lengths = torch.randint(seq * 3 // 4, seq + 1, (batch,), generator=g)
+        mask = (torch.arange(seq)[None] < lengths[:, None]).long()
+        out.append((ids.masked_fill(mask == 0, 0), mask))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--preset", default="gpt-mini")
+    ap.add_argument("--steps", type=int, default=8, help="timed steps per repetition")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto")
+    ap.add_argument("--quick", action="store_true", help="a run of well under a minute")
+    args = ap.parse_args()
+    if args.quick:
+        args.steps, args.repeats = 4, 2
+    try:
+        import transformers
+    except ImportError:
+        sys.exit("needs transformers: pip install 'bertzoo[hf]'")
+
+    torch.manual_seed(0)
+    spec = {"preset": args.preset, "vocab_size": args.vocab, "dropout": 0.0, "attention_dropout": 0.0}
+    ours = gpt.build(gpt.model_config(spec))
+    with tempfile.TemporaryDirectory() as tmp:
+        export_hf(ours, tmp)
+        ref = transformers.GPT2LMHeadModel.from_pretrained(tmp, attn_implementation="sdpa")
+    ours.train(), ref.train()
+    data = batches(args.steps + 1, args.batch, args.seq, args.vocab)
+    precision = resolve_precision(args.precision, torch.device("cpu"))
+    amp = autocast_dtype(precision)
+    opt = {
+        "bertzoo": torch.optim.AdamW(ours.parameters(), lr=1e-4),
+        "transformers": torch.optim.AdamW(ref.parameters(), lr=1e-4),
+    }
+
+    def autocast():
+        return torch.autocast("cpu", dtype=amp) if amp is not None else contextlib.nullcontext()
+
+    def step_ours(ids: torch.Tensor, mask: torch.Tensor) -> float:
+        with autocast():
+            loss = ours(Batch(input_ids=ids, attention_mask=mask)).loss
+        loss.backward()
+        opt["bertzoo"].step()
+        opt["bertzoo"].zero_grad(set_to_none=True)
+        return float(loss)
+
+    def step_hf(ids: torch.Tensor, mask: torch.Tensor) -> float:
+        with autocast():
+            loss = ref(input_ids=ids, attention_mask=mask, labels=lm_labels(ids, mask)).loss
+        loss.backward()
+        opt["transformers"].step()
+        opt["transformers"].zero_grad(set_to_none=True)
+        return float(loss)
+
+    first = {"bertzoo": step_ours(*data[0]), "transformers": step_hf(*data[0])}  # warm-up, same weights
+    tokens = sum(int(m.sum()) for _, m in data[1:])
+    times: dict[str, list[float]] = {"bertzoo": [], "transformers": []}
+    for r in range(args.repeats):
+        for name, fn in (("bertzoo", step_ours), ("transformers", step_hf))[:: 1 if r % 2 == 0 else -1]:
+            t = time.perf_counter()
+            for ids, mask in data[1:]:
+                fn(ids, mask)
+            times[name].append(time.perf_counter() - t)
+    tps = {k: tokens / min(v) for k, v in times.items()}
+    ratio = tps["bertzoo"] / tps["transformers"]
+    print(
+        f"{args.preset} (vocab {args.vocab}) training step, batch {args.batch} x {args.seq} (3/4 to full length), "
+        f"precision {precision}, CPU {cpu_capability()}, threads {torch.get_num_threads()}, "
+        f"transformers {transformers.__version__}"
+    )
+    print(
+        f"bertzoo {tps['bertzoo']:,.0f} tokens/s  transformers {tps['transformers']:,.0f} tokens/s  "
+        f"ratio {ratio:.2f}x  first loss {first['bertzoo']:.5f} vs {first['transformers']:.5f}"
+    )
+    print(
+        json.dumps(
+            {
+                "precision": precision,
+                "cpu_capability": cpu_capability(),
+                "bertzoo_tokens_per_s": round(tps["bertzoo"], 1),
+                "transformers_tokens_per_s": round(tps["transformers"], 1),
+                "ratio": round(ratio, 3),
+                "first_loss_diff": abs(first["bertzoo"] - first["transformers"]),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
