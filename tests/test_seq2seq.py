@@ -300,3 +300,28 @@ def test_generation_settings_that_contradict_exit_2(tmp_path, tok, capsys):
     rows = [json.loads(line) for line in (tmp_path / "o.jsonl").read_text().splitlines()]
     assert len(rows) == 1 and isinstance(rows[0]["prediction"], str)
     assert np.isfinite(len(rows[0]["prediction"]))
+
+
+def test_generate_reads_a_hugging_face_gpt2_directory(tmp_path, tok):
+    """A GPT2LMHeadModel directory (with our tokenizer files) generates what the bertzoo model does."""
+    pytest.importorskip("transformers")
+    from bertzoo.cli import main
+    from bertzoo.hub import export_hf
+
+    torch.manual_seed(0)
+    model = gpt.build(gpt.model_config({"preset": "gpt-tiny", "vocab_size": tok.vocab_size})).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    model.save_pretrained(tmp_path / "ours")
+    tok.save(tmp_path / "ours")
+    export_hf(model, tmp_path / "hf")
+    tok.save(tmp_path / "hf")
+    inputs = write_jsonl(tmp_path / "in.jsonl", [{"prompt": "red cat"}, {"prompt": "the big dog sings"}])
+    outs = []
+    for name in ("ours", "hf"):
+        target = tmp_path / f"{name}.jsonl"
+        args = ["generate", str(tmp_path / name), "-i", inputs, "-o", str(target), "--generation.max_new_tokens=6"]
+        assert main(args) == 0
+        outs.append(target.read_text())
+    assert outs[0] == outs[1] and outs[0].count("\n") == 2
