@@ -157,7 +157,16 @@ class PretrainingCollator:
 
 class CausalLMCollator(PretrainingCollator):
     """Pads examples into a `Batch` for a causal (left-to-right) LM: the inputs unmasked, the labels the
-    inputs themselves with IGNORE_INDEX at padding (Hugging Face's convention; the objective shifts)."""
+    inputs themselves with IGNORE_INDEX at padding (Hugging Face's convention; the objective shifts).
+    Nothing is masked, so no masking config is read: a `data.masking` section changes nothing."""
+
+    def __init__(
+        self, tokenizer: Tokenizer | SpecialIds, *, pad_to_multiple_of: int = 8, vocab_size: int | None = None
+    ) -> None:
+        # The default MaskingConfig keeps each example's own epoch (static_copies 0); seed keys no mask.
+        super().__init__(
+            tokenizer, MaskingConfig(), seed=0, pad_to_multiple_of=pad_to_multiple_of, vocab_size=vocab_size
+        )
 
     def __call__(self, examples: Sequence[dict[str, Any]] | Sequence[list[dict[str, Any]]]) -> Batch:
         if examples and isinstance(examples[0], list):  # token-budget bins

@@ -135,11 +135,12 @@ def unigram_counts(corpus, vocab_size: int, special_ids: np.ndarray) -> np.ndarr
     return counts
 
 
-def fixed_eval_batches(cfg: PretrainConfig, tokenizer, collator) -> list[Batch]:
-    """A fixed held-out set: epoch-0 examples of the eval shards, masked once (same every time)."""
+def fixed_eval_batches(cfg: PretrainConfig, tokenizer, collator, shards: str | None = None) -> list[Batch]:
+    """A fixed held-out set: epoch-0 examples of the eval shards (or of `shards`), masked once (same every
+    time)."""
     from bertzoo.data.shards import ShardedCorpus
 
-    corpus = ShardedCorpus(cfg.data.eval_shards)
+    corpus = ShardedCorpus(shards or cfg.data.eval_shards)
     corpus.check_tokenizer(tokenizer)
     # Held-out examples follow the variant's own recipe (RoBERTa: one segment; ALBERT: SOP pairs).
     dataset = _examples(cfg, corpus, tokenizer)
@@ -149,21 +150,44 @@ def fixed_eval_batches(cfg: PretrainConfig, tokenizer, collator) -> list[Batch]:
     return [collator([dataset[i] for i in range(start, min(n, start + bs))]) for start in range(0, n, bs)]
 
 
+def scored_labels(batches: list[Batch], causal: bool = False) -> np.ndarray:
+    """The targets the objective is scored on, flattened: the labels that are not IGNORE_INDEX, for a causal
+    LM those of positions 1.. only (position t predicts t + 1; the first token is never predicted)."""
+    targets = (b.labels[:, 1:] if causal else b.labels for b in batches)
+    return torch.cat([t[t != IGNORE_INDEX] for t in targets]).numpy()
+
+
+def with_predicted_specials(counts: np.ndarray, batches: list[Batch], special_ids: np.ndarray) -> np.ndarray:
+    """`counts` (corpus tokens, specials zeroed) plus the special tokens a causal LM is trained to predict
+    ([SEP] at document and block ends, [UNK]), each at its rate per ordinary target in `batches` of training
+    data: without them the baseline would give a separator add-one probability and look far too weak."""
+    seen = np.bincount(scored_labels(batches, causal=True), minlength=len(counts))
+    ordinary = max(1, int(seen.sum() - seen[special_ids].sum()))
+    out = counts.astype(np.float64)
+    out[special_ids] = seen[special_ids] * (counts.sum() / ordinary)
+    return out
+
+
 def make_mlm_evaluator(
-    batches: list[Batch], train_counts: np.ndarray | None = None
+    batches: list[Batch], train_counts: np.ndarray | None = None, *, causal: bool = False
 ) -> tuple[Callable[[torch.nn.Module], dict[str, float]], dict[str, float]]:
-    """An eval_fn for the Trainer plus the unigram baseline on the same masked positions.
+    """An eval_fn for the Trainer plus the unigram baseline on the same scored positions (masked ones, or
+    for a causal LM every next token: `scored_labels`).
 
     The baseline predicts from training-set token frequencies (add-one smoothed): its accuracy is
-    that of always guessing the most frequent token, its loss the unigram cross-entropy.
+    that of always guessing the most frequent token, its loss the unigram cross-entropy, named like the
+    objective's metrics (`unigram_mlm_*`, or `unigram_lm_*` for a causal LM).
     """
     baseline: dict[str, float] = {}
     if train_counts is not None:
-        labels = torch.cat([b.labels[b.labels != IGNORE_INDEX] for b in batches]).numpy()
+        labels = scored_labels(batches, causal)
         probs = (train_counts + 1) / (train_counts.sum() + len(train_counts))
+        name = "lm" if causal else "mlm"
+        loss = float(-np.log(probs[labels]).mean())
         baseline = {
-            "unigram_mlm_acc": float((labels == int(train_counts.argmax())).mean()),
-            "unigram_mlm_loss": float(-np.log(probs[labels]).mean()),
+            f"unigram_{name}_acc": float((labels == int(train_counts.argmax())).mean()),
+            f"unigram_{name}_loss": loss,
+            f"unigram_{name}_ppl": math.exp(min(loss, 50.0)),
         }
 
     def evaluate(objective: torch.nn.Module) -> dict[str, float]:
@@ -189,6 +213,7 @@ def pretrain(cfg: PretrainConfig, resume: str | None = None) -> dict[str, Any]:
     """Run (or resume) a pretraining job; returns the trainer's summary (plus the unigram baseline
     and final held-out metrics when `data.eval_shards` is set)."""
     from bertzoo.data.shards import ShardedCorpus
+    from bertzoo.objectives.clm import CausalLM
     from bertzoo.train.loop import Trainer
 
     objective, dataset, collator, tokenizer = build_pretraining(cfg)
@@ -196,7 +221,11 @@ def pretrain(cfg: PretrainConfig, resume: str | None = None) -> dict[str, Any]:
     if cfg.data.eval_shards:
         batches = fixed_eval_batches(cfg, tokenizer, collator)
         counts = unigram_counts(ShardedCorpus(cfg.data.shards), tokenizer.vocab_size, tokenizer.special_ids)
-        eval_fn, baseline = make_mlm_evaluator(batches, counts)
+        causal = isinstance(objective, CausalLM)
+        if causal:
+            train_batches = fixed_eval_batches(cfg, tokenizer, collator, shards=cfg.data.shards)
+            counts = with_predicted_specials(counts, train_batches, tokenizer.special_ids)
+        eval_fn, baseline = make_mlm_evaluator(batches, counts, causal=causal)
     trainer = Trainer(
         objective,
         dataset,

@@ -105,9 +105,7 @@ def collator(cfg: PretrainConfig, tokenizer):
     """Padding without masking: the targets of a causal LM are its inputs."""
     from bertzoo.data.collate import CausalLMCollator
 
-    return CausalLMCollator(
-        tokenizer, cfg.data.masking, seed=cfg.train.seed, pad_to_multiple_of=cfg.data.pad_to_multiple_of
-    )
+    return CausalLMCollator(tokenizer, pad_to_multiple_of=cfg.data.pad_to_multiple_of)
 
 
 def pretraining_model(raw: dict[str, Any], config: ModelConfig, state: dict[str, torch.Tensor]) -> nn.Module:
