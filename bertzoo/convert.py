@@ -195,15 +195,7 @@ def export_finetuned_hf(model: nn.Module, directory: str | Path) -> Path:
             hf_state[f"{hf}.{part}"] = state[f"{head_name}.{ours}.{part}"].contiguous()
     if task in ("classification", "token_classification"):
         num_labels = int(state[f"{head_name}.classifier.weight"].shape[0])
-        labels = [str(x) for x in head_cfg.get("labels") or []]
-        if len(labels) != num_labels:
-            labels = [f"LABEL_{i}" for i in range(num_labels)]
-        hf_config["num_labels"] = num_labels
-        hf_config["id2label"] = {str(i): name for i, name in enumerate(labels)}
-        hf_config["label2id"] = {name: i for i, name in enumerate(labels)}
-        if task == "classification":
-            problem = head_cfg.get("problem") or ("regression" if num_labels == 1 else "single_label")
-            hf_config["problem_type"] = HF_PROBLEM.get(problem, "single_label_classification")
+        hf_config.update(_label_fields(head_cfg, num_labels, with_problem=task == "classification"))
     hf_config["classifier_dropout"] = None
     return _write(directory, hf_state, hf_config)
 
@@ -249,13 +241,22 @@ def _export_causal_classifier(model: nn.Module, directory: str | Path, head_cfg:
     hf_state["score.weight"] = head.weight.detach().contiguous()
     # The variant names its base and LM classes only; the sequence classifier is set here.
     hf_config = {**config_to_hf(config), "architectures": [arch], "pad_token_id": int(pad)}
-    num_labels = int(head.weight.shape[0])
+    hf_config.update(_label_fields(head_cfg, int(head.weight.shape[0]), with_problem=True))
+    return _write(directory, hf_state, hf_config)
+
+
+def _label_fields(head_cfg: dict[str, Any], num_labels: int, with_problem: bool) -> dict[str, Any]:
+    """A Hugging Face config's label entries for a head of `num_labels` outputs: the saved label names (or
+    LABEL_i when they do not match), and for sequence classification the problem type."""
     labels = [str(x) for x in head_cfg.get("labels") or []]
     if len(labels) != num_labels:
         labels = [f"LABEL_{i}" for i in range(num_labels)]
-    hf_config["num_labels"] = num_labels
-    hf_config["id2label"] = {str(i): name for i, name in enumerate(labels)}
-    hf_config["label2id"] = {name: i for i, name in enumerate(labels)}
-    problem = head_cfg.get("problem") or ("regression" if num_labels == 1 else "single_label")
-    hf_config["problem_type"] = HF_PROBLEM.get(problem, "single_label_classification")
-    return _write(directory, hf_state, hf_config)
+    fields: dict[str, Any] = {
+        "num_labels": num_labels,
+        "id2label": {str(i): name for i, name in enumerate(labels)},
+        "label2id": {name: i for i, name in enumerate(labels)},
+    }
+    if with_problem:
+        problem = head_cfg.get("problem") or ("regression" if num_labels == 1 else "single_label")
+        fields["problem_type"] = HF_PROBLEM.get(problem, "single_label_classification")
+    return fields

@@ -31,6 +31,7 @@ __all__ = [
     "CausalDecoding",
     "Decoding",
     "GenerationOutput",
+    "Generates",
     "MaskPredictDecoding",
     "generate",
     "left_align",
@@ -148,23 +149,20 @@ class MaskPredictDecoding:
         return out.last_hidden_state  # (batch, new, hidden)
 
     def _predict(self, token: torch.Tensor | None) -> torch.Tensor:
-        """Feed [token, MASK] (or [MASK] alone first), read the [MASK], forget its keys."""
+        """Feed [token, MASK] (or [MASK] alone first), read the [MASK], forget its keys. `self.keys` marks
+        the real cached keys; the new positions are all real, and only the [MASK] sees the [MASK]."""
         b = len(self.next_position)
         masks = torch.full((b, 1), self.mask_id, dtype=torch.long, device=self.keys.device)
         ids = masks if token is None else torch.cat([token[:, None], masks], dim=1)  # (batch, new)
         n = ids.size(1)
-        self.keys = torch.cat([self.keys, self.keys.new_ones(b, 1)], dim=1)  # the new real token or the mask
-        keys = torch.cat([self.keys, self.keys.new_ones(b, 1)], dim=1) if n == 2 else self.keys  # (batch, keys)
-        # (batch, 1, new, keys): every query sees the real keys up to itself; the chosen token not the [MASK].
-        visible = keys[:, None, None, :].expand(b, 1, n, keys.size(1)).clone()
-        if n == 2:
-            visible[:, :, 0, -1] = False
+        keys = torch.cat([self.keys, self.keys.new_ones(b, n)], dim=1)  # (batch, cached + new)
+        visible = keys[:, None, None, :].expand(b, 1, n, keys.size(1)).clone()  # (batch, 1, new, keys)
+        visible[:, :, : n - 1, -1] = False  # the chosen token does not see the [MASK] after it
         positions = self.next_position[:, None] + torch.arange(n, device=ids.device)
         hidden = self._run(ids, torch.full_like(ids, self.type_id), positions, visible)
         self.cache.truncate(self.cache.length - 1)  # the [MASK]'s keys never serve a later query
-        if token is None:
-            self.keys = self.keys[:, :-1]  # the first call fed only the [MASK]: nothing was added
-        else:
+        if token is not None:
+            self.keys = keys[:, :-1]  # the chosen token's keys stay
             self.next_position = self.next_position + 1
         return self.head(hidden[:, -1])
 
@@ -339,6 +337,24 @@ def _beam_search(decoding: Decoding, logits: torch.Tensor, config: GenerationCon
     lengths = torch.tensor([len(tokens) for _, tokens in best], dtype=torch.long, device=device)
     scores = torch.tensor([score for score, _ in best], device=device)
     return GenerationOutput(sequences, lengths, scores)
+
+
+class Generates:
+    """`model.generate(...)` for a module that says how it decodes (`decoding()`): one method for every
+    generative model. Returns the new tokens only."""
+
+    def decoding(self) -> Decoding:
+        raise NotImplementedError
+
+    def generate(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        config: GenerationConfig | None = None,
+        **overrides: Any,
+    ) -> GenerationOutput:
+        """Continue the prompts (`generate`): greedy unless the config or keywords say otherwise."""
+        return generate(self.decoding(), input_ids, attention_mask, config, **overrides)
 
 
 @torch.inference_mode()

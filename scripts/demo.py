@@ -38,6 +38,19 @@ def run(args: list[str]) -> None:
         sys.exit(code)
 
 
+def prepare_wiki(out: Path, vocab_size: int) -> tuple[Path, Path]:
+    """A WordPiece vocabulary and shards of builtin:wiki-en (train articles) and of its dev split under
+    `out` (tokenizer/, shards/, dev-shards/), each made once; returns (shards, dev shards)."""
+    tok, shards, dev = out / "tokenizer", out / "shards", out / "dev-shards"
+    if not (tok / "tokenizer.json").is_file():
+        run(["tokenizer", "train", "--input", "builtin:wiki-en", "--out", str(tok), "--vocab-size", str(vocab_size)])
+    if not (shards / "meta.json").is_file():
+        run(["prepare", "--input", "builtin:wiki-en", "--tokenizer", str(tok), "--out", str(shards)])
+    if not (dev / "meta.json").is_file():
+        run(["prepare", "--input", "builtin:wiki-en:dev", "--tokenizer", str(tok), "--out", str(dev)])
+    return shards, dev
+
+
 def measure_steps_per_second(shards: Path, overrides: dict, probe_steps: int = 3) -> float:
     """Optimizer steps per second of the pretraining recipe on this machine (a few timed steps).
 
@@ -86,16 +99,9 @@ def main() -> None:
     args = ap.parse_args()
     vocab_size = args.vocab_size or DEMO_VOCAB
     out = Path(args.out)
-    tok, shards, dev = out / "tokenizer", out / "shards", out / "dev-shards"
     run_dir = out / "pretrain"
     started = time.monotonic()
-
-    if not (tok / "tokenizer.json").is_file():
-        run(["tokenizer", "train", "--input", "builtin:wiki-en", "--out", str(tok), "--vocab-size", str(vocab_size)])
-    if not (shards / "meta.json").is_file():
-        run(["prepare", "--input", "builtin:wiki-en", "--tokenizer", str(tok), "--out", str(shards)])
-    if not (dev / "meta.json").is_file():
-        run(["prepare", "--input", "builtin:wiki-en:dev", "--tokenizer", str(tok), "--out", str(dev)])
+    shards, dev = prepare_wiki(out, vocab_size)
     resume = ["--resume", "auto"] if (run_dir / "checkpoints").is_dir() else []
     steps = args.steps
     if steps is None:

@@ -22,26 +22,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import statistics
-import sys
 import time
 from pathlib import Path
 
-from bertzoo.cli import main as cli
+from demo import prepare_wiki, run  # scripts/: the demo's steps, the same commands
 
 VOCAB = 8192
 PRETRAIN = {"gpt": "configs/pretrain/gpt-mini.yaml", "unilm": "configs/pretrain/unilm-mini.yaml"}
 FINETUNE = {"gpt": "configs/finetune/wiki-titles-gpt.yaml", "unilm": "configs/finetune/wiki-titles-unilm.yaml"}
 PRESET = {"gpt": ("gpt", "gpt-mini"), "unilm": ("unilm", "unilm-mini")}
 METRICS = ("rougeL", "bleu", "exact_match")
-
-
-def run(args: list[str]) -> None:
-    print(f"\n$ bertzoo {shlex.join(args)}", flush=True)
-    code = cli(args)
-    if code != 0:
-        sys.exit(code)
 
 
 def pretrain(family: str, out: Path, shards: Path, dev: Path, args) -> Path:
@@ -126,14 +117,8 @@ def main() -> None:
     ap.add_argument("--out", default="runs/gen-study")
     args = ap.parse_args()
     out = Path(args.out)
-    tok, shards, dev = out / "tokenizer", out / "shards", out / "dev-shards"
     started = time.monotonic()
-    if not (tok / "tokenizer.json").is_file():
-        run(["tokenizer", "train", "--input", "builtin:wiki-en", "--out", str(tok), "--vocab-size", str(VOCAB)])
-    if not (shards / "meta.json").is_file():
-        run(["prepare", "--input", "builtin:wiki-en", "--tokenizer", str(tok), "--out", str(shards)])
-    if not (dev / "meta.json").is_file():
-        run(["prepare", "--input", "builtin:wiki-en:dev", "--tokenizer", str(tok), "--out", str(dev)])
+    shards, dev = prepare_wiki(out, VOCAB)
 
     results: dict[str, dict] = {}
     for family in args.families:

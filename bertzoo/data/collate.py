@@ -15,7 +15,7 @@ from bertzoo.data.masking import Selector, mask_tokens
 from bertzoo.data.tokenizer import SpecialIds, Tokenizer
 from bertzoo.errors import ConfigError, DataError
 
-__all__ = ["CausalLMCollator", "CollatedInputs", "PretrainingCollator", "pad_batch"]
+__all__ = ["CausalLMCollator", "CollatedInputs", "PretrainingCollator", "flatten_bins", "pad_batch"]
 
 
 def pad_batch(
@@ -34,6 +34,13 @@ def pad_batch(
         # One boolean scatter instead of a Python loop over rows.
         out[np.arange(length)[None, :] < lengths[:, None]] = np.concatenate([np.asarray(s) for s in sequences])
     return out, lengths
+
+
+def flatten_bins(examples: Sequence[dict[str, Any]] | Sequence[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Example dicts, with token-budget bins (lists of examples, `bertzoo.data.token_batches`) flattened."""
+    if examples and isinstance(examples[0], list):
+        return [e for group in examples for e in group]
+    return list(examples)
 
 
 @dataclass(frozen=True)
@@ -98,10 +105,17 @@ class PretrainingCollator:
         self.replacement_ids = np.flatnonzero(~self._is_special).astype(np.int64)
 
     def __call__(self, examples: Sequence[dict[str, Any]] | Sequence[list[dict[str, Any]]]) -> Batch:
-        if examples and isinstance(examples[0], list):  # token-budget bins
-            examples = [e for group in examples for e in group]
+        examples = flatten_bins(examples)
         rows = self.inputs(examples)
-        masked, labels = mask_tokens(
+        masked, labels = self.mask(rows)
+        return self.assemble(examples, rows, masked, labels)
+
+    def mask(
+        self, rows: CollatedInputs, selector: str | Selector | None = None, starts: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(masked ids, labels) of padded rows under this collator's masking config, keyed by (seed, epoch,
+        index); `selector` and unit `starts` override the collator's own selection."""
+        return mask_tokens(
             rows.ids,
             rows.special_mask,
             seed=self.seed,
@@ -110,9 +124,9 @@ class PretrainingCollator:
             config=self.masking,
             mask_id=self.special.mask,
             replacement_ids=self.replacement_ids,
-            selector=self.selector,
+            selector=self.selector if selector is None else selector,
+            starts=starts,
         )
-        return self.assemble(examples, rows, masked, labels)
 
     def inputs(self, examples: Sequence[dict[str, Any]]) -> CollatedInputs:
         """Pad, check and key the examples: everything masking needs, shared by every collator."""
@@ -169,8 +183,7 @@ class CausalLMCollator(PretrainingCollator):
         )
 
     def __call__(self, examples: Sequence[dict[str, Any]] | Sequence[list[dict[str, Any]]]) -> Batch:
-        if examples and isinstance(examples[0], list):  # token-budget bins
-            examples = [e for group in examples for e in group]
+        examples = flatten_bins(examples)
         rows = self.inputs(examples)
         labels = np.where(rows.attention, rows.ids, IGNORE_INDEX)
         return self.assemble(examples, rows, rows.ids, labels)

@@ -35,8 +35,7 @@ import torch
 import bertzoo.data.rng as rng
 from bertzoo.batch import Batch
 from bertzoo.config import MaskingConfig
-from bertzoo.data.collate import PretrainingCollator
-from bertzoo.data.masking import mask_tokens
+from bertzoo.data.collate import PretrainingCollator, flatten_bins
 from bertzoo.data.tokenizer import SpecialIds, Tokenizer
 from bertzoo.errors import ConfigError
 
@@ -196,25 +195,13 @@ class UniLMCollator(PretrainingCollator):
         self.max_ngram = int(max_ngram)
 
     def __call__(self, examples: Sequence[dict[str, Any]] | Sequence[list[dict[str, Any]]]) -> Batch:
-        if examples and isinstance(examples[0], list):  # token-budget bins
-            examples = [e for group in examples for e in group]
+        examples = flatten_bins(examples)
         rows = self.inputs(examples)
         seq_len = rows.ids.shape[1]
         starts = None
         if self.ngram_prob > 0:
             starts = ngram_starts(self.seed, rows.epoch, rows.index, seq_len, self.ngram_prob, self.max_ngram)
-        masked, labels = mask_tokens(
-            rows.ids,
-            rows.special_mask,
-            seed=self.seed,
-            epoch=rows.epoch,
-            index=rows.index,
-            config=self.masking,
-            mask_id=self.special.mask,
-            replacement_ids=self.replacement_ids,
-            selector="token" if starts is None else "whole_word",
-            starts=starts,
-        )
+        masked, labels = self.mask(rows, "token" if starts is None else "whole_word", starts)
         batch = self.assemble(examples, rows, masked, labels)
         batch.next_sentence_label = None  # segment pairs are always consecutive: nothing to classify
         types = choose_lm_types(self.seed, rows.epoch, rows.index, self.shares)

@@ -13,8 +13,7 @@ import torch
 from torch import nn
 
 from bertzoo.batch import IGNORE_INDEX, Batch
-from bertzoo.config import GenerationConfig
-from bertzoo.generation import CausalDecoding, GenerationOutput, generate
+from bertzoo.generation import CausalDecoding, Generates
 from bertzoo.heads import LMHead
 from bertzoo.model import Encoder, EncoderOutput, init_weights
 from bertzoo.objectives.base import ObjectiveOutput
@@ -49,7 +48,7 @@ def perplexity(mean_loss: float | torch.Tensor) -> float:
     return float(torch.exp(torch.as_tensor(mean_loss, dtype=torch.float64).detach().cpu()))
 
 
-class CausalLM(nn.Module):
+class CausalLM(Generates, nn.Module):
     """loss = mean next-token cross-entropy over the real tokens of a causal (decoder-only) encoder."""
 
     def __init__(self, encoder: Encoder) -> None:
@@ -81,16 +80,9 @@ class CausalLM(nn.Module):
         """(batch, seq, vocab) next-token logits at every position (Hugging Face's LM-head output)."""
         return self.lm_head(self.encoder(input_ids, attention_mask, pool=False).last_hidden_state)
 
-    def generate(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        config: GenerationConfig | None = None,
-        **overrides: Any,
-    ) -> GenerationOutput:
-        """Continue the prompts (bertzoo.generation.generate): greedy unless the config says otherwise;
-        returns the new tokens only."""
-        return generate(CausalDecoding(self.encoder, self.lm_head), input_ids, attention_mask, config, **overrides)
+    def decoding(self) -> CausalDecoding:
+        """The model side of `bertzoo.generation.generate` (and of `generate()`, from `Generates`)."""
+        return CausalDecoding(self.encoder, self.lm_head)
 
     def loss_counts(self, batch: Batch) -> dict[str, int]:
         """Items each loss term averages over (host-side, before the forward): see ObjectiveOutput."""

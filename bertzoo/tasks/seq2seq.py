@@ -30,7 +30,7 @@ from bertzoo.config import FinetuneConfig, GenerationConfig
 from bertzoo.data.rng import uniform
 from bertzoo.data.unilm_collate import PER_LM_SEGMENT_IDS, PER_LM_TYPE_VOCAB
 from bertzoo.errors import ConfigError, DataError
-from bertzoo.generation import CausalDecoding, GenerationOutput, MaskPredictDecoding, generate
+from bertzoo.generation import CausalDecoding, Generates, MaskPredictDecoding, generate
 from bertzoo.heads import LMHead, MaskedLMHead
 from bertzoo.metrics_generation import generation_metrics
 from bertzoo.model import init_weights
@@ -63,7 +63,7 @@ def segment_ids(type_vocab_size: int) -> tuple[int, int]:
     return (0, 1) if type_vocab_size >= 2 else (0, 0)
 
 
-class Seq2SeqModel(TaskModel):
+class Seq2SeqModel(Generates, TaskModel):
     """An encoder with a token-prediction head: the tied next-token `LMHead` on a causal model, the
     masked-LM head on a bidirectional one. `decoding()` gives what `bertzoo.generation` steps through."""
 
@@ -97,21 +97,11 @@ class Seq2SeqModel(TaskModel):
             encoder.pooler.requires_grad_(False)  # nothing reads it; DDP must not wait for its gradients
 
     def decoding(self) -> CausalDecoding | MaskPredictDecoding:
-        """The model side of `bertzoo.generation.generate`."""
+        """The model side of `bertzoo.generation.generate` (and of `generate()`, from `Generates`)."""
         if self.causal:
             return CausalDecoding(self.encoder, self.head)
         source, target = self.segments
         return MaskPredictDecoding(self.encoder, self.head, self.mask_token_id, target, source)
-
-    def generate(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        config: GenerationConfig | None = None,
-        **overrides: Any,
-    ) -> GenerationOutput:
-        """Targets for `[CLS] source [SEP]` prompts (bertzoo.generation.generate); the new tokens only."""
-        return generate(self.decoding(), input_ids, attention_mask, config, **overrides)
 
     def forward(self, batch: Batch) -> ObjectiveOutput:
         if batch.labels is None:
@@ -254,8 +244,9 @@ class Seq2SeqTask(Task):
     def generation_config(self) -> GenerationConfig:
         """The run's generation settings, stopping at [SEP] and padding with the tokenizer's pad."""
         g = self.cfg.generation
-        eos = g.eos_token_ids or [self.special.sep]
-        return GenerationConfig(**{**g.__dict__, "eos_token_ids": list(eos), "pad_token_id": self.tokenizer.pad_id})
+        return dataclasses.replace(
+            g, eos_token_ids=list(g.eos_token_ids or [self.special.sep]), pad_token_id=self.tokenizer.pad_id
+        )
 
     # -- evaluation and prediction ----------------------------------------------------------------
 

@@ -20,6 +20,7 @@ import dataclasses
 import json
 import math
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -399,8 +400,6 @@ def predict_file(
     or the configured data.text_column). Runs in chunks, so memory stays bounded for any file size,
     and writes the output atomically. `overrides` update the saved config (e.g. {"generation": {...}}).
     Returns the number of predictions."""
-    from bertzoo.io import replace_atomically
-
     if batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {batch_size}")
     task, model, _ = load_finetuned(model_dir, {**(overrides or {}), "train": {"eval_batch_size": batch_size}})
@@ -409,17 +408,35 @@ def predict_file(
     renames = {d.text_column: "text", d.text_pair_column: "text_pair"} if task.cfg.task == "classification" else {}
     renames = {src: dst for src, dst in renames.items() if src and src != dst}
 
-    output_path = Path(output_path)
+    def predict(records: list[tuple[int, dict[str, Any]]]) -> list[dict[str, Any]]:
+        # `source` ("path:line", as the training readers set it) lets the task's input checks name the line.
+        inputs = [{**{renames.get(k, k): v for k, v in r.items()}, "source": f"{input_path}:{n}"} for n, r in records]
+        return task.predict(model, inputs)
+
+    return map_jsonl(input_path, output_path, predict, chunk_size=chunk_size, what="predict")
+
+
+def map_jsonl(
+    input_path: str | Path,
+    output_path: str | Path,
+    fn: Callable[[list[tuple[int, dict[str, Any]]]], list[dict[str, Any]]],
+    *,
+    chunk_size: int = 4096,
+    what: str = "predict",
+) -> int:
+    """One output object per input JSON line: `fn` maps chunks of (line number, record) to as many result
+    dicts (an input `id` is carried over), under inference mode. Memory stays bounded for any file size, and
+    the output is written atomically: on any error an existing file stays as it was. Returns the count."""
+    from bertzoo.io import replace_atomically
+
     count = 0
 
     def flush(records: list[tuple[int, dict[str, Any]]], out) -> int:
-        # `source` ("path:line", as the training readers set it) lets the task's input checks name the line.
-        inputs = [{**{renames.get(k, k): v for k, v in r.items()}, "source": f"{input_path}:{n}"} for n, r in records]
-        preds = task.predict(model, inputs)
-        if len(preds) != len(records):
-            raise DataError(f"the task returned {len(preds)} predictions for {len(records)} inputs")
-        for (_, record), pred in zip(records, preds, strict=True):
-            row = {"id": record["id"], **pred} if "id" in record and "id" not in pred else pred
+        results = fn(records)
+        if len(results) != len(records):
+            raise DataError(f"the task returned {len(results)} results for {len(records)} inputs")
+        for (_, record), result in zip(records, results, strict=True):
+            row = {"id": record["id"], **result} if "id" in record and "id" not in result else result
             out.write(json.dumps(row, ensure_ascii=False, default=_json_default) + "\n")
         return len(records)
 
@@ -436,7 +453,7 @@ def predict_file(
                 if chunk:
                     count += flush(chunk, out)
         if count == 0:  # raised before the rename: an existing output stays as it was
-            raise DataError(f"{input_path} holds no JSON lines; nothing to predict")
+            raise DataError(f"{input_path} holds no JSON lines; nothing to {what}")
 
-    replace_atomically(write, output_path)
+    replace_atomically(write, Path(output_path))
     return count

@@ -13,10 +13,10 @@ Anything else (a bidirectional encoder, a classifier) is refused with one line n
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from bertzoo.config import GenerationConfig, from_dict
@@ -62,9 +62,9 @@ def generate_file(
 ) -> int:
     """Generate for every JSONL line of `input_path` into `output_path` (same order, `id` carried over,
     written atomically); returns the number of lines. `generation`: GenerationConfig fields."""
+    from bertzoo.data.collate import pad_batch
     from bertzoo.data.tokenizer import Tokenizer
-    from bertzoo.io import replace_atomically
-    from bertzoo.train.finetune import _read_jsonl, _to_device, predict_file
+    from bertzoo.train.finetune import _to_device, map_jsonl, predict_file
 
     if batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {batch_size}")
@@ -91,45 +91,22 @@ def generate_file(
     gen = _generation(tokenizer, settings)
     model = _to_device(_causal_lm(directory), device).eval()
     dev = next(model.parameters()).device
-    count = 0
 
-    def flush(records: list[tuple[int, dict[str, Any]]], out) -> int:
-        prompts = []
+    def continue_prompts(records: list[tuple[int, dict[str, Any]]]) -> list[dict[str, Any]]:
+        texts = []
         for n, record in records:
             text = record.get("prompt", record.get("text"))
             if not isinstance(text, str) or not text.strip():
                 raise DataError(f"{input_path}:{n} needs a non-empty 'prompt' (or 'text') string")
-            prompts.append([tokenizer.special.cls, *tokenizer.encode_batch([text])[0]])
+            texts.append(text)
+        prompts = [[tokenizer.special.cls, *ids] for ids in tokenizer.encode_batch(texts)]
+        rows = []
         for start in range(0, len(prompts), batch_size):
-            rows = prompts[start : start + batch_size]
-            width = max(len(r) for r in rows)
-            ids = torch.full((len(rows), width), tokenizer.pad_id, dtype=torch.long)
-            mask = torch.zeros_like(ids)
-            for i, r in enumerate(rows):
-                ids[i, : len(r)] = torch.tensor(r)
-                mask[i, : len(r)] = 1
-            result = model.generate(ids.to(dev), mask.to(dev), gen)
-            for i, (_, record) in enumerate(records[start : start + batch_size]):
-                tokens = result.sequences[i, : int(result.lengths[i])].tolist()
-                row = {"prediction": tokenizer.decode(tokens)}
-                if "id" in record:
-                    row = {"id": record["id"], **row}
-                out.write(json.dumps(row, ensure_ascii=False) + "\n")
-        return len(records)
+            ids, lengths = pad_batch(prompts[start : start + batch_size], tokenizer.pad_id)
+            mask = np.arange(ids.shape[1])[None] < lengths[:, None]
+            result = model.generate(torch.from_numpy(ids).to(dev), torch.from_numpy(mask).to(dev), gen)
+            for i in range(len(ids)):
+                rows.append({"prediction": tokenizer.decode(result.sequences[i, : int(result.lengths[i])].tolist())})
+        return rows
 
-    def write(tmp: str) -> None:
-        nonlocal count
-        with open(tmp, "w", encoding="utf-8") as out:
-            chunk: list[tuple[int, dict[str, Any]]] = []
-            for line_number, record in _read_jsonl(Path(input_path)):
-                chunk.append((line_number, record))
-                if len(chunk) >= 1024:
-                    count += flush(chunk, out)
-                    chunk = []
-            if chunk:
-                count += flush(chunk, out)
-        if count == 0:
-            raise DataError(f"{input_path} holds no JSON lines; nothing to generate")
-
-    replace_atomically(write, Path(output_path))
-    return count
+    return map_jsonl(input_path, output_path, continue_prompts, chunk_size=1024, what="generate")
