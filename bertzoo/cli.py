@@ -122,7 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     prep = sub.add_parser("prepare", help="tokenize a corpus once into memory-mapped shards")
     _add_corpus_args(prep)
-    prep.add_argument("--tokenizer", "-t", required=True, help="tokenizer directory (or a model directory)")
+    prep.add_argument(
+        "--tokenizer", "-t", required=True, help="tokenizer directory (or a model directory, builtin:NAME, hf:ID)"
+    )
     prep.add_argument("--out", "-o", required=True, help="output shard directory")
     prep.add_argument("--shard-tokens", type=positive_int, default=1 << 24, help="tokens per shard file")
     prep.add_argument("--overwrite", action="store_true", help="replace an existing shard directory")
@@ -142,6 +144,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ft.add_argument("config", nargs="?", default=None, help="YAML file (see configs/finetune/)")
     ft.add_argument("--resume", default=None, help="'auto' (newest complete checkpoint) or a checkpoint path")
+
+    di = sub.add_parser(
+        "distill",
+        help="distil a teacher into a smaller student (DistilBERT, TinyBERT) from a YAML config",
+        epilog="Any config value can be overridden: --train.lr 1e-4 --student.num_layers 3",
+    )
+    di.add_argument("config", nargs="?", default=None, help="YAML file (see configs/distill/)")
+    di.add_argument("--resume", default=None, help="'auto' (newest complete checkpoint of each phase) or a path")
 
     ev = sub.add_parser("evaluate", help="score a fine-tuned model on its dev/test split or a labelled file")
     ev.add_argument("model", help="fine-tuned model directory (OUTPUT_DIR/model of `bertzoo finetune`)")
@@ -261,7 +271,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     from bertzoo.data.shards import prepare_shards
     from bertzoo.data.tokenizer import Tokenizer
 
-    tokenizer = Tokenizer.load(args.tokenizer)
+    tokenizer = Tokenizer.load(_model_or_path(args.tokenizer))
     stats = ReadStats()
     docs = read_documents(args.input, fmt=args.format, text_field=args.text_field, doc_per=args.doc_per, stats=stats)
     info = prepare_shards(
@@ -318,6 +328,25 @@ def cmd_finetune(args: argparse.Namespace, extra: list[str]) -> int:
     summary = finetune(cfg, resume=args.resume)
     print(json.dumps(summary, indent=2, default=str))
     if not summary.get("completed", True):
+        print(f"to continue this run: {resume_command(getattr(args, 'argv', None))}", file=sys.stderr)
+    return 0
+
+
+def _model_or_path(spec: str) -> str:
+    """A `builtin:NAME` / `hf:ID` model's local directory (its tokenizer), any other spec as given."""
+    from bertzoo.loading import BUILTIN_PREFIX, HUB_PREFIX, resolve
+
+    return str(resolve(spec)) if spec.startswith((BUILTIN_PREFIX, HUB_PREFIX)) else spec
+
+
+def cmd_distill(args: argparse.Namespace, extra: list[str]) -> int:
+    from bertzoo.config import load_distill_config
+    from bertzoo.train.distill import distill
+
+    cfg = load_distill_config(args.config, parse_overrides(extra))
+    report = distill(cfg, resume=args.resume)
+    print(json.dumps(report, indent=2, default=str))
+    if "model_dir" not in report:
         print(f"to continue this run: {resume_command(getattr(args, 'argv', None))}", file=sys.stderr)
     return 0
 
@@ -408,10 +437,10 @@ def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
     """
     import dataclasses
 
-    from bertzoo.config import FinetuneConfig, PretrainConfig
+    from bertzoo.config import DistillConfig, FinetuneConfig, PretrainConfig
 
     command = next((a for a in argv if not a.startswith("-")), None)
-    top = {"pretrain": PretrainConfig, "finetune": FinetuneConfig}.get(command)
+    top = {"pretrain": PretrainConfig, "finetune": FinetuneConfig, "distill": DistillConfig}.get(command)
     top_keys = {f.name for f in dataclasses.fields(top)} if top else set()
     rest: list[str] = []
     overrides: list[str] = []
@@ -454,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
     extra = overrides + extra
     args.argv = argv
     try:
-        if extra and args.command not in ("pretrain", "finetune", "generate"):
+        if extra and args.command not in ("pretrain", "finetune", "distill", "generate"):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         if args.command == "tokenizer":
             return cmd_tokenizer_train(args)
@@ -464,6 +493,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_pretrain(args, extra)
         if args.command == "finetune":
             return cmd_finetune(args, extra)
+        if args.command == "distill":
+            return cmd_distill(args, extra)
         if args.command == "evaluate":
             return cmd_evaluate(args)
         if args.command == "predict":

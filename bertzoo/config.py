@@ -56,6 +56,9 @@ class ModelConfig:
     # Offset added to position ids (RoBERTa checkpoints start at pad_token_id + 1).
     position_offset: int = 0
     pooler: bool = True
+    # The pooler's activation: tanh (BERT's pooler) or relu (DistilBERT's pre_classifier, which
+    # transformers' DistilBertForSequenceClassification runs between the [CLS] state and the classifier).
+    pooler_act: Literal["tanh", "relu"] = "tanh"
     tie_word_embeddings: bool = True
     # Decoder-only (GPT): each position attends to itself and the positions before it.
     causal: bool = False
@@ -334,6 +337,73 @@ class FinetuneConfig:
     generation: GenerationConfig = field(default_factory=GenerationConfig)  # seq2seq: how eval decodes
 
 
+@dataclass
+class StudentConfig:
+    """Where a distillation student's weights start (exactly one way)."""
+
+    # teacher_layers: the teacher's embeddings, the `layers` chosen (DistilBERT's initialisation) and,
+    # in task distillation, its head; model: a directory / builtin: / hf: model (e.g. a general-distilled
+    # student); random: `model_config` ({preset: tinybert-4l-312} or plain fields, with `variant`).
+    init: Literal["teacher_layers", "model", "random"] = "teacher_layers"
+    num_layers: int = 0  # teacher_layers: how many (0 = half the teacher's, rounded up)
+    layers: list[int] = field(default_factory=list)  # teacher_layers: which, 0-based ([] = spread evenly)
+    variant: str = "distilbert"  # teacher_layers: the student's family (distilbert has no token types)
+    model: str = ""
+    model_config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class AugmentConfig:
+    """TinyBERT's data augmentation: a masked LM proposes replacements for single-piece words."""
+
+    model: str = ""  # a masked LM with the teacher's vocabulary; "" = no augmentation
+    copies: int = 0  # augmented examples per training example (TinyBERT: 20)
+    replace_prob: float = 0.4  # each single-piece word is replaced with this probability
+    candidates: int = 15  # a replacement is drawn from the masked LM's top-k
+    batch_size: int = 64
+    seed: int = 0
+
+
+@dataclass
+class PhaseConfig:
+    """One training run of a distillation: its loss weights and its own train settings."""
+
+    name: str = "distill"
+    loss: dict[str, float] = field(default_factory=dict)  # {} = the method's defaults
+    train: dict[str, Any] = field(default_factory=dict)  # overrides of the top-level `train`
+
+
+@dataclass
+class DistillConfig:
+    """A whole distillation, as read from `configs/distill/*.yaml` (bertzoo.train.distill)."""
+
+    method: Literal["distilbert", "tinybert"] = "distilbert"
+    # general: on raw text shards (the teacher a masked LM or an encoder); task: on a fine-tuned teacher's
+    # task data (the teacher a fine-tuned task model directory).
+    stage: Literal["general", "task"] = "general"
+    teacher: str = ""
+    student: StudentConfig = field(default_factory=StudentConfig)
+    phases: list[PhaseConfig] = field(default_factory=list)  # [] = the method's phases for the stage
+    temperature: float = 0.0  # 0 = the method's (DistilBERT 2, TinyBERT 1)
+    layer_map: list[int] = field(default_factory=list)  # teacher layer (1-based) per student layer; [] = uniform
+    # Task stage: teacher logits cached on disk, keyed by the teacher's weights and the data ("auto":
+    # output_dir/teacher_cache, "off", or a directory).
+    teacher_cache: str = "auto"
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+    # general: a pretraining `data` section (shards, eval_shards, max_seq_len, masking); task: overrides of
+    # the teacher's fine-tuning data section (e.g. max_train_examples).
+    data: dict[str, Any] = field(default_factory=dict)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    technique: TechniqueConfig = field(default_factory=TechniqueConfig)  # the student task model's
+
+
+def load_distill_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> DistillConfig:
+    """Read a distillation YAML file, apply dotted overrides, validate."""
+    data = load_yaml(path) if path is not None else {}
+    apply_overrides(data, overrides or {})
+    return from_dict(DistillConfig, data)
+
+
 T = TypeVar("T")
 
 
@@ -417,6 +487,11 @@ def _coerce(tp: Any, value: Any, path: str) -> Any:
         expected = origin or object
         if tp is not Any and not isinstance(value, expected):
             raise ConfigError(f"{path} must be a {expected.__name__}, got {value!r}")
+        # Elements are checked like fields (a list of sections becomes a list of dataclasses).
+        if origin is list and args and args[0] is not Any:
+            return [_coerce(args[0], v, f"{path}[{i}]") for i, v in enumerate(value)]
+        if origin is dict and len(args) == 2 and args[1] is not Any:
+            return {k: _coerce(args[1], v, f"{path}.{k}") for k, v in value.items()}
         return value
     if tp is bool:
         if isinstance(value, bool):

@@ -32,6 +32,7 @@ __all__ = [
     "export_finetuned_hf",
     "export_hf",
     "find_head",
+    "hf_task_of",
     "is_hf_config",
     "state_from_hf",
     "state_to_hf",
@@ -110,11 +111,27 @@ HF_TASK_HEADS: dict[str, tuple[str, str, dict[str, str], bool]] = {
     "qa": ("BertForQuestionAnswering", "SpanHead", {"qa": "qa_outputs"}, False),
     "multiple_choice": ("BertForMultipleChoice", "ClassificationHead", _CLASSIFIER, True),
 }
+# The tasks whose Hugging Face classes import as bertzoo fine-tuned models (the others load as encoders).
+HF_IMPORTED_TASKS = ("classification", "token_classification")
 HF_PROBLEM = {
     "single_label": "single_label_classification",
     "multi_label": "multi_label_classification",
     "regression": "regression",
 }
+
+
+def hf_task_of(raw: dict[str, Any]) -> str | None:
+    """The bertzoo task of a Hugging Face config.json whose first architecture is its family's sequence or
+    token classifier (BertForSequenceClassification, DistilBertForTokenClassification, ...: the family's
+    `architectures` names `HF_TASK_HEADS`' BERT classes); None for any other model."""
+    archs = raw.get("architectures") or []
+    if not is_hf_config(raw) or not archs:
+        return None
+    family = hf_family(raw.get("model_type"))
+    for task in HF_IMPORTED_TASKS:
+        if family.architectures.get(HF_TASK_HEADS[task][0]) == archs[0]:
+            return task
+    return None
 
 
 def find_head(model: nn.Module, class_name: str) -> tuple[str, nn.Module]:
@@ -155,8 +172,9 @@ def _unexportable(model: nn.Module, head_class: str, reads_pooler: bool) -> str 
 
 def export_finetuned_hf(model: nn.Module, directory: str | Path) -> Path:
     """Write a fine-tuned task model as a Hugging Face `BertFor<Task>` directory (`bert.*` encoder keys
-    plus the head's `classifier.*` / `qa_outputs.*`), with `num_labels`, `id2label`, `label2id` and
-    `problem_type` in config.json, loadable by `transformers.AutoModelFor<Task>`.
+    plus the head's `classifier.*` / `qa_outputs.*`), under its family's names (`DistilBertFor<Task>`,
+    whose `pre_classifier` is the encoder's relu pooler, ...), with `num_labels`, `id2label`, `label2id`
+    and `problem_type` in config.json, loadable by `transformers.AutoModelFor<Task>`.
 
     Only heads Hugging Face has exactly export: a plain linear head on the pooled [CLS] vector
     (sequence classification, multiple choice) or on every token (token classification, QA). Mean
@@ -170,10 +188,11 @@ def export_finetuned_hf(model: nn.Module, directory: str | Path) -> Path:
         return _export_causal_classifier(model, directory, head_cfg)
     arch, head_class, key_map, reads_pooler = HF_TASK_HEADS[task]
     config = model.encoder.config
+    name = hf_family_of(config).architectures.get(arch, arch)  # the family's own class, for messages
     what = _unexportable(model, head_class, reads_pooler)
     if what is not None:
         raise CheckpointError(
-            f"cannot export to {arch}: the model has {what}, which the Hugging Face architecture cannot "
+            f"cannot export to {name}: the model has {what}, which the Hugging Face architecture cannot "
             "represent; keep the bertzoo format (save_pretrained) for this model"
         )
     head_name, _ = find_head(model, head_class)
@@ -182,11 +201,11 @@ def export_finetuned_hf(model: nn.Module, directory: str | Path) -> Path:
     extra = [k for k in state if not k.startswith("encoder.") and not k.startswith(allowed)]
     if extra:
         raise CheckpointError(
-            f"cannot export to {arch}: parameters outside the encoder and the linear head ({', '.join(extra[:5])}); "
+            f"cannot export to {name}: parameters outside the encoder and the linear head ({', '.join(extra[:5])}); "
             "keep the bertzoo format for this model"
         )
     enc_state = {k: v for k, v in state.items() if k.startswith("encoder.")}
-    if not reads_pooler:  # these Hugging Face classes build BertModel without a pooler
+    if not reads_pooler:  # these Hugging Face classes build their base model without a pooler
         enc_state = {k: v for k, v in enc_state.items() if not k.startswith("encoder.pooler.")}
     hf_config = config_to_hf(config, [arch])
     hf_state = state_to_hf(enc_state, config, prefix="bert.")

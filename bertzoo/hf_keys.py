@@ -48,7 +48,7 @@ class HFFamily:
     variant: str  # the bertzoo variant a checkpoint of this model_type becomes
     base: str  # prefix of the base model's keys inside heads models ("bert." in BertForPreTraining)
     encoder_keys: tuple[tuple[str, str], ...]  # (HF key, our Encoder key); `{i}` is a stored layer
-    # HF key of stored layer {i}'s separate {n} = query/key/value {part} = weight/bias; None when the
+    # HF key of stored layer {i}'s separate {n} = `qkv_names` {part} = weight/bias; None when the
     # checkpoint's projection is fused like ours (GPT's c_attn) and listed in encoder_keys.
     qkv: str | None
     head_keys: tuple[tuple[str, str], ...] = ()  # (HF key, our key) of the pretraining heads
@@ -67,6 +67,8 @@ class HFFamily:
     # Classes whose checkpoints are pretraining modules although every head tensor is a tied copy
     # (GPT's LM-head models), so `bertzoo.loading.kind_of` cannot tell them by their keys.
     pretraining_classes: frozenset[str] = frozenset()
+    # The `{n}` of `qkv` for the query, key and value projections, in that order (DistilBERT: q_lin, ...).
+    qkv_names: tuple[str, str, str] = QKV
 
 
 # --- keys ------------------------------------------------------------------------------------------
@@ -146,7 +148,7 @@ def state_from_hf(
             used.add(hf)
     for i in range(layers if family.qkv else 0):
         for part in ("weight", "bias"):
-            names = [family.qkv.format(i=i, n=n, part=part) for n in QKV]
+            names = [family.qkv.format(i=i, n=n, part=part) for n in family.qkv_names]
             fused = fuse_qkv(src, names)
             if fused is not None:
                 out[f"encoder.stack.layers.{i}.attention.qkv.{part}"] = fused
@@ -179,7 +181,7 @@ def state_to_hf(
         for part in ("weight", "bias"):
             fused = state.get(f"encoder.stack.layers.{i}.attention.qkv.{part}")
             if fused is not None:
-                for n, t in zip(QKV, split_qkv(fused, config.hidden_size), strict=True):
+                for n, t in zip(family.qkv_names, split_qkv(fused, config.hidden_size), strict=True):
                     out[base + family.qkv.format(i=i, n=n, part=part)] = t
     # A tied decoder weight is not written: transformers re-ties it on load.
     for hf, ours in _head_keys(family, config):
@@ -344,6 +346,8 @@ def check_exportable(
         problems.append(f"position={config.position!r} (it learns absolute positions)")
     if config.share not in shares:
         problems.append(f"share={config.share!r}, which has no Hugging Face {model_type} counterpart")
+    if config.pooler and config.pooler_act != "tanh":
+        problems.append(f"a {config.pooler_act} pooler (its pooler is tanh)")
     if config.position_offset != offset:
         problems.append(
             f"position_offset={config.position_offset}, but Hugging Face {model_type} numbers positions from "

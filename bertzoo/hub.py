@@ -12,12 +12,11 @@ from typing import Any
 
 import bertzoo.io as io
 from bertzoo.config import read_json
-from bertzoo.convert import HF_PROBLEM, HF_TASK_HEADS, export_finetuned_hf, export_hf, find_head
+from bertzoo.convert import HF_PROBLEM, HF_TASK_HEADS, export_finetuned_hf, export_hf, find_head, hf_task_of
 from bertzoo.errors import CheckpointError, ConfigError
 from bertzoo.hf_keys import normalise_hf_keys
 from bertzoo.loading import (
     FINETUNED,
-    HF_TASK_CLASSES,
     PRETRAINING,
     kind_of,
     load_encoder,
@@ -53,7 +52,8 @@ def _copy_tokenizer(src: Path, dst: Path) -> bool:
 
 
 def _hf_to_finetuned(src: Path, dst: Path, raw: dict[str, Any], task_name: str) -> None:
-    """A Hugging Face BertForSequence/TokenClassification directory -> a bertzoo fine-tuned model directory."""
+    """A Hugging Face sequence or token classifier directory (BertForSequenceClassification,
+    DistilBertForTokenClassification, ...) -> a bertzoo fine-tuned model directory."""
     from bertzoo.config import FinetuneConfig, to_plain
     from bertzoo.data.tokenizer import Tokenizer
     from bertzoo.tasks import TASKS
@@ -74,7 +74,8 @@ def _hf_to_finetuned(src: Path, dst: Path, raw: dict[str, Any], task_name: str) 
     task = TASKS[task_name](cfg, tokenizer)
     encoder = load_encoder(src)
     if task_name == "classification" and encoder.pooler is None:
-        raise CheckpointError(f"{src} has no pooler weights, which BertForSequenceClassification needs")
+        arch = (raw.get("architectures") or ["BertForSequenceClassification"])[0]
+        raise CheckpointError(f"{src} has no pooler weights, which {arch} needs")
     model = task.build(encoder)
     head = {**task.head_config(), **(getattr(model, "head_config", None) or {})}
     if task_name == "classification":
@@ -132,8 +133,9 @@ def convert_directory(src: str | Path, dst: str | Path, src_format: str, dst_for
     else:
         arch = (raw.get("architectures") or ["BertModel"])[0]
         if kind == FINETUNED:
-            _hf_to_finetuned(src_dir, dst_dir, raw, HF_TASK_CLASSES[arch])
-            kind = f"{FINETUNED} {HF_TASK_CLASSES[arch]}"
+            task_name = hf_task_of(raw)
+            _hf_to_finetuned(src_dir, dst_dir, raw, task_name)
+            kind = f"{FINETUNED} {task_name}"
         else:
             model = load_pretraining(src_dir) if kind == PRETRAINING else load_encoder(src_dir)
             model.save_pretrained(dst_dir)

@@ -22,7 +22,7 @@ from torch import nn
 
 import bertzoo.io as io
 from bertzoo.config import FinetuneConfig, ModelConfig, from_dict, read_json
-from bertzoo.convert import HF_TASK_HEADS
+from bertzoo.convert import hf_task_of
 from bertzoo.errors import CheckpointError, ConfigError, DataError
 from bertzoo.model import Encoder
 from bertzoo.nn.adapter import adapter_size_from_state, add_adapters
@@ -40,8 +40,6 @@ BUILTIN_MODELS: dict[str, tuple[str, str, str]] = {
 }
 # What a directory holds (`kind_of`).
 FINETUNED, PRETRAINING, ENCODER = "fine-tuned", "pretraining", "encoder"
-# Hugging Face task classes that become bertzoo fine-tuned models (others load as encoders).
-HF_TASK_CLASSES = {HF_TASK_HEADS[task][0]: task for task in ("classification", "token_classification")}
 
 
 # --- where a model is -----------------------------------------------------------------------------
@@ -126,7 +124,7 @@ def kind_of(raw: dict[str, Any], state: dict[str, torch.Tensor], is_hf: bool) ->
         archs = raw.get("architectures") or []
         if archs and archs[0] in hf_family(raw.get("model_type")).pretraining_classes:
             return PRETRAINING  # an LM-head model whose only head tensor is the tied word table (GPT)
-        if archs and archs[0] in HF_TASK_CLASSES:
+        if hf_task_of(raw) is not None:  # a sequence or token classifier of its family (bertzoo.convert)
             return FINETUNED
     elif isinstance(raw.get("task"), dict):
         return FINETUNED

@@ -31,14 +31,16 @@ class EncoderOutput:
 
 
 class Pooler(nn.Module):
-    """tanh(Linear(h_[CLS])): the sentence vector BERT's NSP and classifiers read."""
+    """act(Linear(h_[CLS])): the sentence vector BERT's NSP and classifiers read (tanh), or DistilBERT's
+    classifier (its pre_classifier, relu)."""
 
-    def __init__(self, hidden_size: int) -> None:
+    def __init__(self, hidden_size: int, act: str = "tanh") -> None:
         super().__init__()
         self.dense = nn.Linear(hidden_size, hidden_size)
+        self.act = torch.tanh if act == "tanh" else torch.relu
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.dense(hidden[:, 0]))
+        return self.act(self.dense(hidden[:, 0]))
 
 
 class Encoder(nn.Module):
@@ -81,7 +83,7 @@ class Encoder(nn.Module):
         self.stack = TransformerStack(make_layer, c.num_layers, c.share)
         # Pre-norm stacks leave the residual stream unnormalised: one final LayerNorm fixes that.
         self.final_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps) if c.norm == "pre" else None
-        self.pooler = Pooler(c.hidden_size) if c.pooler else None
+        self.pooler = Pooler(c.hidden_size, c.pooler_act) if c.pooler else None
         self.apply(lambda m: init_weights(m, c.initializer_range))
 
     @property
@@ -96,7 +98,7 @@ class Encoder(nn.Module):
         position_ids: torch.Tensor | None = None,
         *,
         output_hidden_states: bool = False,
-        output_attentions: bool = False,
+        output_attentions: bool | str = False,
         top_queries: int | None = None,
         task_type_ids: torch.Tensor | None = None,
         pool: bool = True,
@@ -106,7 +108,9 @@ class Encoder(nn.Module):
         mask (True = may attend) for custom attention patterns; a causal model also hides each query's
         later positions. `top_queries=n`: the last layer runs for the first n positions only and
         `last_hidden_state` has n positions (a [CLS] classifier passes 1 and skips most of the top
-        layer; the pooler is unchanged). `task_type_ids`: ERNIE 2.0's
+        layer; the pooler is unchanged). `output_attentions=True` returns each layer's attention
+        probabilities, `"scores"` its scores before the softmax (unmasked: TinyBERT's targets).
+        `task_type_ids`: ERNIE 2.0's
         task of each token, for models with a task embedding. `pool=False` skips the pooler (its
         output is None): an objective that never reads it must not run it, or DDP finds parameters
         without gradients.
@@ -139,7 +143,8 @@ class Encoder(nn.Module):
         if self.final_norm is not None:
             x = self.final_norm(x)
             if hidden_states is not None:
-                hidden_states[-1] = x
+                # Every position, also when top_queries cut x to the first ones.
+                hidden_states[-1] = x if x.size(1) == hidden_states[-1].size(1) else self.final_norm(hidden_states[-1])
         pooled = self.pooler(x) if self.pooler is not None and pool else None
         return EncoderOutput(
             last_hidden_state=x,

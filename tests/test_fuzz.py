@@ -482,6 +482,22 @@ VALID_HF_CONFIGS = {
     "albert": {**_BASE_HF, "model_type": "albert", "embedding_size": 16, "num_hidden_groups": 1, "inner_group_num": 1},
     "electra": {**_BASE_HF, "model_type": "electra", "embedding_size": 16},
     "ernie": {**_BASE_HF, "model_type": "ernie", "use_task_id": True, "task_type_vocab_size": 3},
+    # DistilBertConfig names every size differently.
+    "distilbert": {
+        "model_type": "distilbert",
+        "vocab_size": 99,
+        "dim": 32,
+        "n_layers": 2,
+        "n_heads": 4,
+        "hidden_dim": 37,
+        "max_position_embeddings": 64,
+        "activation": "gelu",
+        "dropout": 0.1,
+        "attention_dropout": 0.1,
+        "sinusoidal_pos_embds": False,
+        "pad_token_id": 0,
+        "architectures": ["DistilBertModel"],
+    },
 }
 # Values a damaged or hand-edited config.json may hold where a size, rate or name belongs.
 NONSENSE = st.one_of(
@@ -517,6 +533,7 @@ def test_valid_hf_configs_read(tmp_path):
                     "id2label",
                     "problem_type",
                     "tie_word_embeddings",
+                    *VALID_HF_CONFIGS["distilbert"],
                 ]
             ),
             st.one_of(st.just("drop"), NONSENSE),

@@ -210,7 +210,16 @@ def test_load_decides_what_a_directory_holds(tmp_path) -> None:
 def test_each_hf_model_type_has_one_importing_family() -> None:
     from bertzoo.variants import hf_families, hf_family
 
-    assert sorted(hf_families()) == ["albert", "bert", "electra", "ernie", "gpt2", "openai-gpt", "roberta"]
+    assert sorted(hf_families()) == [
+        "albert",
+        "bert",
+        "distilbert",
+        "electra",
+        "ernie",
+        "gpt2",
+        "openai-gpt",
+        "roberta",
+    ]
     # Each model_type is its family's own name, except GPT's two architectures of one variant.
     assert {t: f.variant for t, f in hf_families().items()} == {
         t: "gpt" if t in ("gpt2", "openai-gpt") else t for t in hf_families()
@@ -229,6 +238,8 @@ def test_each_hf_model_type_has_one_importing_family() -> None:
         ("electra", {"embedding_size": 16, "pooler": False}),
         ("ernie", {"task_type_vocab_size": 3}),
         ("spanbert", {}),
+        ("distilbert", {}),
+        ("distilbert", {"pooler": True}),  # a fine-tuned relu pooler is pre_classifier
     ],
 )
 def test_state_to_hf_and_back_is_the_identity(variant, extra) -> None:

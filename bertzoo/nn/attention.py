@@ -23,14 +23,16 @@ def attend(
     mask: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
     dropout_p: float = 0.0,
-    need_weights: bool = False,
+    need_weights: bool | str = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Scaled dot-product attention.
 
     q: (batch, heads, query, head_dim); k, v: (batch, heads, key, head_dim).
     mask: bool, broadcastable to (batch, heads, query, key), True = attend.
     bias: additive scores (e.g. relative positions), broadcastable the same way.
-    Returns the context (batch, heads, query, head_dim) and, if asked, the probabilities.
+    Returns the context (batch, heads, query, head_dim) and, if asked, the probabilities
+    (`need_weights=True`) or the scores before the softmax and before any mask (`need_weights="scores"`:
+    q.k / sqrt(d) + bias, what TinyBERT distils; masked positions are the caller's to ignore).
     """
     if bias is not None:
         # SDPA takes one additive mask: fold the boolean mask into the bias.
@@ -41,6 +43,7 @@ def attend(
     if not need_weights:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p), None
     scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.size(-1))  # (batch, heads, query, key)
+    raw = scores if bias is None else scores + bias
     if attn_mask is not None:
         if attn_mask.dtype == torch.bool:
             scores = scores.masked_fill(~attn_mask, float("-inf"))
@@ -48,7 +51,7 @@ def attend(
             scores = scores + attn_mask
     probs = scores.float().softmax(dim=-1).to(q.dtype)
     dropped = F.dropout(probs, p=dropout_p) if dropout_p > 0 else probs
-    return dropped @ v, probs
+    return dropped @ v, (raw if need_weights == "scores" else probs)
 
 
 class SelfAttention(nn.Module):
@@ -71,7 +74,7 @@ class SelfAttention(nn.Module):
         mask: torch.Tensor | None = None,
         bias: torch.Tensor | None = None,
         memory: torch.Tensor | None = None,
-        need_weights: bool = False,
+        need_weights: bool | str = False,
         kv: LayerCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x: (batch, seq, hidden). `memory` (batch, mem, hidden) is prepended to the keys and values
@@ -114,7 +117,7 @@ class CrossAttention(nn.Module):
         context: torch.Tensor,
         mask: torch.Tensor | None = None,
         bias: torch.Tensor | None = None,
-        need_weights: bool = False,
+        need_weights: bool | str = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x: (batch, query, hidden); context: (batch, key, kv_size); mask over keys."""
         b, s, h = x.shape

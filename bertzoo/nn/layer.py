@@ -77,7 +77,7 @@ class TransformerLayer(nn.Module):
         memory: torch.Tensor | None = None,
         context: torch.Tensor | None = None,
         context_mask: torch.Tensor | None = None,
-        need_weights: bool = False,
+        need_weights: bool | str = False,
         kv: LayerCache | None = None,
     ) -> LayerOutput:
         """x: (batch, seq, hidden); mask: bool (batch|1, heads|1, seq, key); context: encoder states;

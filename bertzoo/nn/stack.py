@@ -47,7 +47,7 @@ class TransformerStack(nn.Module):
         mask: torch.Tensor | None = None,
         *,
         output_hidden_states: bool = False,
-        output_attentions: bool = False,
+        output_attentions: bool | str = False,
         top_queries: int | None = None,
         cache: KVCache | None = None,
         **layer_kwargs,

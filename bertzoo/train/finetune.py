@@ -107,7 +107,7 @@ def add_pooler(encoder: nn.Module) -> None:
 
     if encoder.pooler is not None:
         return
-    pooler = Pooler(encoder.config.hidden_size)
+    pooler = Pooler(encoder.config.hidden_size, encoder.config.pooler_act)
     pooler.apply(lambda m: init_weights(m, encoder.config.initializer_range))
     encoder.pooler = pooler.to(next(encoder.parameters()).device)
     encoder.config.pooler = True

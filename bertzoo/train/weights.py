@@ -49,6 +49,13 @@ def check_finite(model: nn.Module) -> None:
 def save_model_files(objective: nn.Module, directory: Path) -> None:
     """Write weights (+ config) with the objective's `save_pretrained`, or plain safetensors without one."""
     objective = unwrap(objective)
+    parts = getattr(objective, "checkpoint_parts", None)
+    if parts is not None:  # several modules' files (a distiller: the student's, then W_h's)
+        (main, _), *rest = parts(directory / WEIGHTS)
+        save_model_files(main, directory)
+        for module, file in rest:
+            save_model(module, str(file))
+        return
     if hasattr(objective, "save_pretrained"):
         objective.save_pretrained(directory)
     else:
@@ -63,6 +70,11 @@ def load_weights(objective: nn.Module, path: str | Path) -> None:
     """Load a safetensors file into `objective` strictly, reporting mismatches by name."""
     objective = unwrap(objective)
     path = Path(path)
+    parts = getattr(objective, "checkpoint_parts", None)
+    if parts is not None:  # an objective whose files are several modules' (a distiller: student + W_h)
+        for module, file in parts(path):
+            load_weights(module, file)
+        return
     expected = objective.state_dict()
     mismatched = []
     try:

@@ -12,7 +12,7 @@ from bertzoo.model import Encoder
 from bertzoo.objectives.mlm import MaskedLM
 
 # Sizes from the BERT paper (base, large) and Turc et al. 2019, "Well-Read Students Learn Better"
-# (tiny .. medium). The intermediate size is always 4x hidden and heads have 64 dims.
+# (tiny .. medium), where the intermediate size is 4x hidden and heads have 64 dims.
 PRESETS: dict[str, dict[str, Any]] = {
     "bert-tiny": {"num_layers": 2, "hidden_size": 128, "num_heads": 2, "intermediate_size": 512},
     "bert-mini": {"num_layers": 4, "hidden_size": 256, "num_heads": 4, "intermediate_size": 1024},
@@ -20,6 +20,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     "bert-medium": {"num_layers": 8, "hidden_size": 512, "num_heads": 8, "intermediate_size": 2048},
     "bert-base": {"num_layers": 12, "hidden_size": 768, "num_heads": 12, "intermediate_size": 3072},
     "bert-large": {"num_layers": 24, "hidden_size": 1024, "num_heads": 16, "intermediate_size": 4096},
+    # TinyBERT's students (Jiao et al. 2020): 4 layers of 312 with 12 heads (26 dims each, so that each
+    # head has a teacher head to learn from) and a 1200-wide FFN; TinyBERT-6 has BERT-base's shape, 6 deep.
+    "tinybert-4l-312": {"num_layers": 4, "hidden_size": 312, "num_heads": 12, "intermediate_size": 1200},
+    "tinybert-6l-768": {"num_layers": 6, "hidden_size": 768, "num_heads": 12, "intermediate_size": 3072},
 }
 
 OBJECTIVES = ("mlm+nsp", "mlm")
