@@ -62,11 +62,7 @@ def state_to_hf(state: dict[str, torch.Tensor], config: ModelConfig, *, prefix: 
 
 
 def _write(directory: str | Path, hf_state: dict[str, torch.Tensor], hf_config: dict[str, Any]) -> Path:
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    io.write_safetensors(hf_state, directory / io.WEIGHTS)
-    io.write_json(directory / io.CONFIG, hf_config)
-    return directory
+    return io.write_model_dir(directory, hf_state, hf_config)
 
 
 def export_hf(module: nn.Module, directory: str | Path) -> Path:

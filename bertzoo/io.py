@@ -196,6 +196,15 @@ def write_safetensors(state: dict[str, torch.Tensor], path: str | Path) -> Path:
     return replace_atomically(lambda p: save_file(state, p, metadata={"format": "pt"}), path)
 
 
+def write_model_dir(directory: str | Path, state: dict[str, torch.Tensor], config: dict[str, Any]) -> Path:
+    """A model directory: `state` as model.safetensors and `config` as config.json (each written atomically)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    write_safetensors(state, directory / WEIGHTS)
+    write_json(directory / CONFIG, config)
+    return directory
+
+
 def read_weights(directory: str | Path) -> dict[str, torch.Tensor]:
     """The tensors of a model directory: model.safetensors, or pytorch_model.bin read with
     weights_only=True (never a pickle that could run code)."""

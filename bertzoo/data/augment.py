@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from bertzoo.batch import Batch
+from bertzoo.data.text import is_cjk
 from bertzoo.data.tokenizer import Tokenizer
 from bertzoo.errors import ConfigError, DataError
 from bertzoo.objectives.mlm import MaskedLM
@@ -99,24 +100,9 @@ def _is_punctuation(ch: str) -> bool:
     return unicodedata.category(ch).startswith("P")
 
 
-def _is_cjk(ch: str) -> bool:
-    """The CJK ideographs BERT's normalizer surrounds with spaces (each is a word of its own)."""
-    cp = ord(ch)
-    return (
-        0x4E00 <= cp <= 0x9FFF
-        or 0x3400 <= cp <= 0x4DBF
-        or 0x20000 <= cp <= 0x2A6DF
-        or 0x2A700 <= cp <= 0x2B73F
-        or 0x2B740 <= cp <= 0x2B81F
-        or 0x2B820 <= cp <= 0x2CEAF
-        or 0xF900 <= cp <= 0xFAFF
-        or 0x2F800 <= cp <= 0x2FA1F
-    )
-
-
 def _joins(ch: str) -> bool:
     """Whether `ch` next to another such character would make one word of two."""
-    return not (ch.isspace() or _is_punctuation(ch) or _is_cjk(ch) or unicodedata.category(ch).startswith("C"))
+    return not (ch.isspace() or _is_punctuation(ch) or is_cjk(ch) or unicodedata.category(ch).startswith("C"))
 
 
 def _budgets(lengths: list[int], budget: int) -> list[int]:

@@ -45,6 +45,21 @@ LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
 _SPACE_AROUND_NEWLINE = re.compile(r" *\n *")
 
 
+def is_cjk(ch: str) -> bool:
+    """A CJK ideograph: BERT's tokenizer splits these into single characters (each a word of its own)."""
+    cp = ord(ch)
+    return (
+        0x4E00 <= cp <= 0x9FFF
+        or 0x3400 <= cp <= 0x4DBF
+        or 0x20000 <= cp <= 0x2A6DF
+        or 0x2A700 <= cp <= 0x2B73F
+        or 0x2B740 <= cp <= 0x2B81F
+        or 0x2B820 <= cp <= 0x2CEAF
+        or 0xF900 <= cp <= 0xFAFF
+        or 0x2F800 <= cp <= 0x2FA1F
+    )
+
+
 def clean_text(text: str) -> str:
     """Drop control characters (keeping newline and tab), replace lone surrogates with U+FFFD,
     NFC-normalise, collapse spaces, strip."""

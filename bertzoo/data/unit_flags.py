@@ -14,6 +14,7 @@ import functools
 import numpy as np
 
 from bertzoo.data.annotation import Annotation
+from bertzoo.data.text import is_cjk
 from bertzoo.data.tokenizer import Tokenizer
 
 __all__ = [
@@ -105,23 +106,8 @@ def token_flags(
 def _vocab_tables(vocab: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     """(is `##` continuation, is a single Chinese character) per vocabulary entry."""
     cont = np.fromiter((t.startswith("##") for t in vocab), dtype=bool, count=len(vocab))
-    cjk = np.fromiter((len(t) == 1 and _is_cjk(t) for t in vocab), dtype=bool, count=len(vocab))
+    cjk = np.fromiter((len(t) == 1 and is_cjk(t) for t in vocab), dtype=bool, count=len(vocab))
     return cont, cjk
-
-
-def _is_cjk(ch: str) -> bool:
-    """The CJK blocks BERT's tokenizer splits into single characters."""
-    cp = ord(ch)
-    return (
-        0x4E00 <= cp <= 0x9FFF
-        or 0x3400 <= cp <= 0x4DBF
-        or 0x20000 <= cp <= 0x2A6DF
-        or 0x2A700 <= cp <= 0x2B73F
-        or 0x2B740 <= cp <= 0x2B81F
-        or 0x2B820 <= cp <= 0x2CEAF
-        or 0xF900 <= cp <= 0xFAFF
-        or 0x2F800 <= cp <= 0x2FA1F
-    )
 
 
 def vocab_tables(tokenizer: Tokenizer) -> tuple[np.ndarray, np.ndarray]:

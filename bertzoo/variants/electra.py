@@ -313,11 +313,7 @@ def write_hf(module: nn.Module, directory: str | Path) -> Path:
         raise CheckpointError(f"{type(module).__name__} has no Hugging Face ELECTRA counterpart")
     hf_config = config_to_hf(module.config, [arch])
     hf_state = hf_keys.state_to_hf(state, module.config, HF, prefix=prefix)
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    io.write_safetensors(hf_state, directory / io.WEIGHTS)
-    io.write_json(directory / io.CONFIG, hf_config)
-    return directory
+    return io.write_model_dir(directory, hf_state, hf_config)
 
 
 def export_hf(module: nn.Module, directory: str | Path) -> Path | None:

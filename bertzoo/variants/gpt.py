@@ -321,8 +321,4 @@ def export_hf(module: nn.Module, directory: str | Path) -> Path | None:
         arch = "BertModel"
     hf_config = config_to_hf(config, [arch])
     hf_state = hf_keys.state_to_hf(state, config, family, prefix=prefix)
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    io.write_safetensors(hf_state, directory / io.WEIGHTS)
-    io.write_json(directory / io.CONFIG, hf_config)
-    return directory
+    return io.write_model_dir(directory, hf_state, hf_config)
