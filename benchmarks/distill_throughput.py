@@ -166,7 +166,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="well under a minute")
     args = ap.parse_args()
     if args.quick:
-        args.batches, args.repeats = 3, 2
+        args.batches, args.repeats, args.batch = 2, 2, 16
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.teacher:
