@@ -274,7 +274,7 @@ def _general_cfg(shards, teacher, out, **over) -> DistillConfig:
         "student": {"num_layers": 2, "variant": "bert"},
         "data": {"shards": str(shards), "max_seq_len": 32},
         "train": {"output_dir": str(out), "batch_size": 8, "max_steps": 6, "lr": 1e-3, "log_every": 2,
-                  "save_every": 3, "threads": 1},
+                  "save_every": 3, "threads": 1, "precision": "fp32"},
     }  # fmt: skip
     for key, value in over.items():
         data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
@@ -362,7 +362,7 @@ def _task_cfg(teacher, out, **over) -> DistillConfig:
         "teacher": str(teacher),
         "student": {"num_layers": 2, "variant": "bert"},
         "train": {"output_dir": str(out), "epochs": 2, "batch_size": 16, "lr": 3e-3, "log_every": 5,
-                  "save_every": 0, "threads": 1, "device": "cpu", "seed": 3},
+                  "save_every": 0, "threads": 1, "device": "cpu", "seed": 3, "precision": "fp32"},
     }  # fmt: skip
     for key, value in over.items():
         data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value

@@ -40,6 +40,7 @@ def run(shards, out, *, nproc: int, batch: int, extra=(), dropout: bool = False)
         "--train.log_every", "1",
         "--train.save_every", "4",
         "--train.threads", "1",
+        "--train.precision", "fp32",  # equivalence at fp32 tolerances; `auto` may pick bf16
         "--train.batch_size", str(batch),
         "--train.output_dir", str(out),
         *extra,

@@ -101,6 +101,8 @@ def make_cfg(out: Path, **kw) -> TrainConfig:
         save_every=10,
         keep_last=2,
         device="cpu",
+        # Equivalence checks compare runs at fp32 tolerances; `auto` picks bf16 on a CPU with native bf16.
+        precision="fp32",
     )
     base.update(kw)
     return TrainConfig(**base)
