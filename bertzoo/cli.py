@@ -128,6 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--out", "-o", required=True, help="output shard directory")
     prep.add_argument("--shard-tokens", type=positive_int, default=1 << 24, help="tokens per shard file")
     prep.add_argument("--overwrite", action="store_true", help="replace an existing shard directory")
+    prep.add_argument(
+        "--clean",
+        choices=["none", "c4"],
+        default="none",
+        help="c4: apply C4's web-text cleaning rules and deduplication before tokenizing (bertzoo.data.clean)",
+    )
 
     pre = sub.add_parser(
         "pretrain",
@@ -192,6 +198,19 @@ def build_parser() -> argparse.ArgumentParser:
     cv.add_argument("--to", dest="dst_format", required=True, choices=["hf", "bertzoo"])
     cv.add_argument("src", help="source model directory")
     cv.add_argument("dst", help="output directory (new or empty)")
+
+    at = sub.add_parser(
+        "attention",
+        help="look at a model's attention: an offline HTML page (head view, model view) and PNG heat maps",
+    )
+    at.add_argument("model", help="model directory (bertzoo, fine-tuned or Hugging Face), builtin:NAME or hf:ID")
+    at.add_argument("--text", required=True, help="the text to run the model on")
+    at.add_argument("--pair", default=None, help="a second segment: [CLS] text [SEP] pair [SEP]")
+    at.add_argument("--out", "-o", default=None, help="write the HTML page here (e.g. view.html)")
+    at.add_argument("--png", default=None, help="write PNG heat maps: a .png file or a directory (needs matplotlib)")
+    at.add_argument("--layer", type=non_negative_int, default=None, help="layer (from 0): one heat map with --head")
+    at.add_argument("--head", type=non_negative_int, default=None, help="head (from 0): one heat map with --layer")
+    at.add_argument("--device", default="cpu", help="cpu, auto, cuda, cuda:N")
 
     info = sub.add_parser("info", help="describe a model, checkpoint, run, shard or tokenizer directory")
     info.add_argument("path")
@@ -274,10 +293,24 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     tokenizer = Tokenizer.load(_model_or_path(args.tokenizer))
     stats = ReadStats()
     docs = read_documents(args.input, fmt=args.format, text_field=args.text_field, doc_per=args.doc_per, stats=stats)
+    cleaning = None
+    if getattr(args, "clean", "none") == "c4":
+        from bertzoo.data.clean import C4Cleaner
+
+        cleaner = C4Cleaner()
+        docs, cleaning = cleaner.clean(docs), cleaner.report
     info = prepare_shards(
-        docs, tokenizer, args.out, shard_tokens=args.shard_tokens, overwrite=args.overwrite, stats=stats
+        docs,
+        tokenizer,
+        args.out,
+        shard_tokens=args.shard_tokens,
+        overwrite=args.overwrite,
+        stats=stats,
+        cleaning=cleaning,
     )
     _report_stats(stats)
+    if cleaning is not None:
+        print("\n".join(cleaning.summary()))
     print(
         f"wrote {info.num_tokens:,} tokens, {info.num_sentences:,} sentences, {info.num_docs:,} documents "
         f"in {info.num_shards} shard(s) -> {args.out}"
@@ -458,6 +491,31 @@ def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
     return rest, overrides
 
 
+def cmd_attention(args: argparse.Namespace) -> int:
+    from bertzoo.data.tokenizer import Tokenizer
+    from bertzoo.io import write_atomic
+    from bertzoo.loading import load_encoder, resolve
+    from bertzoo.train.devices import resolve_device
+    from bertzoo.visualize import attention_groups, render_html, render_png, require_matplotlib
+
+    if not args.out and not args.png:
+        raise ConfigError("bertzoo attention: say what to write: --out view.html and/or --png DIR_OR_FILE")
+    if args.png:
+        require_matplotlib()  # a missing matplotlib is reported before the model loads
+    directory = resolve(args.model)
+    encoder = load_encoder(directory).to(resolve_device(args.device))
+    tokenizer = Tokenizer.load(directory)
+    groups = attention_groups(encoder, tokenizer, args.text, args.pair)
+    if args.out:
+        page = render_html(groups, title=args.model, text=args.text, pair=args.pair, layer=args.layer, head=args.head)
+        write_atomic(args.out, page)
+        print(f"attention page -> {args.out}", file=sys.stderr)
+    if args.png:
+        path = render_png(groups, args.png, layer=args.layer, head=args.head)
+        print(f"heat map{'' if args.layer is not None else 's'} -> {path}", file=sys.stderr)
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from bertzoo.export import export_onnx
     from bertzoo.hub import load_encoder
@@ -505,6 +563,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_convert(args)
         if args.command == "export":
             return cmd_export(args)
+        if args.command == "attention":
+            return cmd_attention(args)
         if args.command == "info":
             return cmd_info(args)
         parser.error(f"unknown command {args.command}")

@@ -20,6 +20,7 @@ Norm = Literal["post", "pre"]
 Position = Literal["learned", "sinusoidal", "none"]
 Share = Literal["none", "all", "attention", "ffn"]
 Activation = Literal["gelu", "gelu_tanh", "relu"]
+NormKind = Literal["layernorm", "rms"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]  # auto: bf16 where the hardware runs it natively and faster
 
 
@@ -64,24 +65,72 @@ class ModelConfig:
     causal: bool = False
     # LayerNorm over the summed embeddings (BERT); GPT feeds the sum straight into the first layer.
     embedding_norm: bool = True
+    # --- T5's layer options (the defaults are BERT's) ---
+    norm_kind: NormKind = "layernorm"  # rms: scale-only RMS normalisation, computed in float32 (T5)
+    linear_bias: bool = True  # False: no bias in any linear of the layers (T5)
+    ffn_gated: bool = False  # feed-forward act(up(x)) * gate(x): GEGLU, T5 v1.1's gated-gelu
+    # Dropout also after the feed-forward's activation and after a stack's final norm (T5's placement).
+    inner_dropout: bool = False
+    attention_head_size: int | None = None  # width of one head; None = hidden_size / num_heads (T5's d_kv)
+    attention_scale: float | None = None  # multiplies q.k; None = 1 / sqrt(head width); T5: 1.0
+    # Relative position bias of each stack (T5): this many buckets of key - query distance (0 = none),
+    # logarithmic up to relative_max_distance.
+    relative_buckets: int = 0
+    relative_max_distance: int = 128
+    # --- encoder-decoder (T5, MASS) ---
+    num_decoder_layers: int = 0  # layers of the decoder stack; 0 = no decoder (an encoder or a decoder-only model)
+    decoder_start_token_id: int | None = None  # the decoder's first input (T5: 0, its pad id)
+    # Multiply the decoder's output by hidden_size ** -0.5 before the LM head (T5 v1.0, whose head is tied).
+    scale_decoder_outputs: bool = False
 
     def __post_init__(self) -> None:
         # Sizes first: a zero num_heads would otherwise fail the divisibility check with a ZeroDivisionError.
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"model.{name} must be positive, got {getattr(self, name)}")
-        if self.hidden_size % self.num_heads:
+        if self.attention_head_size is not None and self.attention_head_size <= 0:
+            raise ConfigError(f"model.attention_head_size must be positive or null, got {self.attention_head_size}")
+        if self.attention_head_size is None and self.hidden_size % self.num_heads:
             raise ConfigError(
                 f"model.hidden_size={self.hidden_size} is not divisible by model.num_heads={self.num_heads}; "
-                "choose sizes where hidden_size % num_heads == 0"
+                "choose sizes where hidden_size % num_heads == 0 (or set model.attention_head_size)"
             )
         for name in ("dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
+        self._check_t5_fields()
+
+    def _check_t5_fields(self) -> None:
+        if self.norm_kind not in get_args(NormKind):
+            raise ConfigError(f"model.norm_kind={self.norm_kind!r} is not allowed; choose one of: layernorm, rms")
+        if self.attention_scale is not None and not self.attention_scale > 0:
+            raise ConfigError(f"model.attention_scale must be positive or null (1/sqrt(d)), got {self.attention_scale}")
+        if self.relative_buckets < 0 or 0 < self.relative_buckets < 4:
+            raise ConfigError(f"model.relative_buckets must be 0 (none) or at least 4, got {self.relative_buckets}")
+        if self.relative_buckets and self.relative_max_distance <= self.relative_buckets // 2:
+            raise ConfigError(
+                f"model.relative_max_distance={self.relative_max_distance} must exceed relative_buckets / 2 = "
+                f"{self.relative_buckets // 2} (the exact buckets; the logarithmic ones reach max_distance)"
+            )
+        if self.num_decoder_layers < 0:
+            raise ConfigError(f"model.num_decoder_layers must be >= 0 (0 = no decoder), got {self.num_decoder_layers}")
+        if self.num_decoder_layers:
+            if self.causal:
+                raise ConfigError("model.causal=true with num_decoder_layers: an encoder-decoder's encoder is two-way")
+            if self.decoder_start_token_id is None:
+                raise ConfigError("model.num_decoder_layers is set but decoder_start_token_id is not; T5 starts with 0")
+        start = self.decoder_start_token_id
+        if start is not None and not 0 <= start < self.vocab_size:
+            raise ConfigError(f"model.decoder_start_token_id={start} is outside the vocabulary of {self.vocab_size}")
 
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
+        """Width of one attention head."""
+        return self.attention_head_size or self.hidden_size // self.num_heads
+
+    @property
+    def is_encoder_decoder(self) -> bool:
+        return self.num_decoder_layers > 0
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

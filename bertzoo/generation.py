@@ -10,9 +10,12 @@ and reorders its state for beam search (`reorder`). Two decodings live here:
   source attends to itself in both directions, each target token to the source and the target to its
   left, and the next token is read from a [MASK] placed after the last one.
 
-Encoder-decoder models (T5, MASS) add a third. Prompts may be padded on either side: rows are moved to
-the right (left padding) and positions count real tokens only, so a padded row decodes exactly as it
-would alone.
+* `EncoderDecoderDecoding`: an encoder-decoder (T5, MASS) encodes the source once and feeds the decoder
+  one token per step, from its start token, with a self-attention cache and the source's cross-attention
+  keys and values projected once.
+
+Prompts may be padded on either side: rows are moved to the right (left padding) and positions count real
+tokens only, so a padded row decodes exactly as it would alone.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from bertzoo.nn.kv_cache import KVCache
 __all__ = [
     "CausalDecoding",
     "Decoding",
+    "EncoderDecoderDecoding",
     "GenerationOutput",
     "Generates",
     "MaskPredictDecoding",
@@ -181,6 +185,45 @@ class MaskPredictDecoding:
         self.cache.reorder(index)
         self.keys = self.keys.index_select(0, index)
         self.next_position = self.next_position.index_select(0, index)
+
+
+class EncoderDecoderDecoding:
+    """Decoding of an encoder-decoder (`bertzoo.encdec.EncoderDecoder`) with a next-token head over the
+    decoder's states (T5's tied LM head, with its output scaling). The prompt is the source: `start`
+    encodes it once (positions count real tokens, for models with a position table) and feeds the
+    decoder start token; every step feeds the token just chosen. The target has its own positions, so
+    `max_positions` bounds the source and the target alike (unbounded for T5's relative positions)."""
+
+    def __init__(self, model: torch.nn.Module, head: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        config = model.config
+        if not config.is_encoder_decoder or config.decoder_start_token_id is None:
+            raise ConfigError("encoder-decoder decoding needs a model with a decoder and a decoder_start_token_id")
+        self.encoder = model  # the module put in eval mode
+        self.model = model
+        self.head = head
+        self.max_positions = model.encoder.embeddings.max_position
+        self.offset = config.position_offset
+
+    def _run(self, tokens: torch.Tensor) -> torch.Tensor:
+        out = self.model.decode(tokens[:, None], self.context, self.source_mask, cache=self.cache)
+        self.context = None  # its cross-attention keys and values are in the cache now
+        return self.head(out.last_hidden_state[:, -1])  # (batch, vocab)
+
+    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, new_tokens: int) -> torch.Tensor:
+        config = self.model.config
+        positions = _positions(attention_mask) + self.offset
+        self.context = self.model.encode(input_ids, attention_mask, positions).last_hidden_state
+        self.source_mask = attention_mask  # (batch, source) True at real tokens
+        self.cache = KVCache(config.num_decoder_layers, capacity=new_tokens)
+        first = torch.full((input_ids.size(0),), config.decoder_start_token_id, device=input_ids.device)
+        return self._run(first)
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self._run(tokens)
+
+    def reorder(self, index: torch.Tensor) -> None:
+        self.cache.reorder(index)
+        self.source_mask = self.source_mask.index_select(0, index)
 
 
 def _fit_prompt(

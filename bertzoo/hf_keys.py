@@ -38,6 +38,9 @@ BERT_CLASSES = (
     "BertForMultipleChoice",
 )
 REQUIRED = object()  # a config key without a default: the checkpoint must state it
+# (Hugging Face keys, our key): one key is a rename; several are concatenated along dim 0 into ours (a
+# fused projection: T5's q, k, v) and split back into equal parts on export.
+TensorMap = list[tuple[tuple[str, ...], str]]
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,11 @@ class HFFamily:
     pretraining_classes: frozenset[str] = frozenset()
     # The `{n}` of `qkv` for the query, key and value projections, in that order (DistilBERT: q_lin, ...).
     qkv_names: tuple[str, str, str] = QKV
+    # A family whose tensors are not laid out like BERT's (T5's encoder and decoder stacks) lists them
+    # itself, for a config: (config, HF tensors on import / None on export) -> TensorMap of full keys on
+    # both sides. On import it may settle config fields the tensors decide (T5: whether the LM head is
+    # its own matrix), as `state_from_hf` sets `pooler`. When set, encoder_keys, qkv and head_keys are unused.
+    tensor_map: Callable[[ModelConfig, Mapping[str, torch.Tensor] | None], TensorMap] | None = None
 
 
 # --- keys ------------------------------------------------------------------------------------------
@@ -97,9 +105,10 @@ def fuse_qkv(src: dict[str, torch.Tensor], names: list[str]) -> torch.Tensor | N
     return None
 
 
-def split_qkv(fused: torch.Tensor, hidden: int) -> list[torch.Tensor]:
-    """Our fused (3*hidden, ...) projection back into query, key, value."""
-    return [fused[j * hidden : (j + 1) * hidden].clone() for j in range(3)]
+def split_qkv(fused: torch.Tensor, parts: int = 3) -> list[torch.Tensor]:
+    """Our fused (parts*width, ...) projection back into its parts (query, key, value)."""
+    width = fused.size(0) // parts
+    return [fused[j * width : (j + 1) * width].clone() for j in range(parts)]
 
 
 def normalise_hf_keys(state: dict[str, torch.Tensor], prefix: str = "bert.") -> dict[str, torch.Tensor]:
@@ -138,6 +147,8 @@ def state_from_hf(
     heads). Returns (state, HF keys that were not used). Sets `config.pooler` to whether the checkpoint
     has one (BertModel does, the MaskedLM classes do not), so an encoder built from `config` fits."""
     src = normalise_hf_keys(state, prefix=family.base)
+    if family.tensor_map is not None:
+        return _mapped_from_hf(src, family.tensor_map(config, src), family)
     out: dict[str, torch.Tensor] = {}
     used: set[str] = set()
     layers = stored_layers(config)
@@ -169,6 +180,8 @@ def state_to_hf(
 ) -> dict[str, torch.Tensor]:
     """bertzoo keys -> HF keys. An empty `prefix` gives the base model's names (BertModel); any other
     (the exporter passes "bert.") the heads models' names, under the family's own base prefix."""
+    if family.tensor_map is not None:
+        return _mapped_to_hf(state, family.tensor_map(config, None))
     base = family.base if prefix else ""
     out: dict[str, torch.Tensor] = {}
     layers = stored_layers(config)
@@ -181,12 +194,36 @@ def state_to_hf(
         for part in ("weight", "bias"):
             fused = state.get(f"encoder.stack.layers.{i}.attention.qkv.{part}")
             if fused is not None:
-                for n, t in zip(family.qkv_names, split_qkv(fused, config.hidden_size), strict=True):
+                for n, t in zip(family.qkv_names, split_qkv(fused), strict=True):
                     out[base + family.qkv.format(i=i, n=n, part=part)] = t
     # A tied decoder weight is not written: transformers re-ties it on load.
     for hf, ours in _head_keys(family, config):
         if ours in state:
             out[hf] = state[ours]
+    return {k: v.contiguous() for k, v in out.items()}
+
+
+def _mapped_from_hf(
+    src: dict[str, torch.Tensor], pairs: TensorMap, family: HFFamily
+) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """`state_from_hf` of a family with its own TensorMap: every pair whose HF keys are all present."""
+    out: dict[str, torch.Tensor] = {}
+    used: set[str] = set()
+    for hf, ours in pairs:
+        if all(k in src for k in hf):
+            out[ours] = src[hf[0]] if len(hf) == 1 else torch.cat([src[k] for k in hf], dim=0)
+            used.update(hf)
+    unused = sorted(k for k in src if k not in used and k not in family.tied_copies)
+    return out, unused
+
+
+def _mapped_to_hf(state: dict[str, torch.Tensor], pairs: TensorMap) -> dict[str, torch.Tensor]:
+    """`state_to_hf` of a family with its own TensorMap: every pair whose key of ours is in `state`."""
+    out: dict[str, torch.Tensor] = {}
+    for hf, ours in pairs:
+        if ours in state:
+            parts = [state[ours]] if len(hf) == 1 else split_qkv(state[ours], len(hf))
+            out.update(zip(hf, parts, strict=True))
     return {k: v.contiguous() for k, v in out.items()}
 
 

@@ -325,7 +325,8 @@ def check_fits(config: ModelConfig, state: dict[str, torch.Tensor], source: str)
     if word is not None and tuple(word.shape) != (config.vocab_size, width):
         problems.append(f"the word table is {tuple(word.shape)}, config.json says ({config.vocab_size}, {width})")
     qkv = state.get(f"{prefix}stack.layers.0.attention.qkv.weight")
-    if qkv is not None and tuple(qkv.shape) != (3 * config.hidden_size, config.hidden_size):
+    inner = config.num_heads * config.head_dim  # hidden_size unless the heads have their own width (T5's d_kv)
+    if qkv is not None and tuple(qkv.shape) != (3 * inner, config.hidden_size):
         problems.append(f"attention is {tuple(qkv.shape)} wide, config.json says hidden_size={config.hidden_size}")
     layers = hf_keys.stored_layers(config)
     stored = {k[len(prefix) :].split(".")[2] for k in state if k.startswith(f"{prefix}stack.layers.")}

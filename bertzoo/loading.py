@@ -23,12 +23,14 @@ from torch import nn
 import bertzoo.io as io
 from bertzoo.config import FinetuneConfig, ModelConfig, from_dict, read_json
 from bertzoo.convert import hf_task_of
+from bertzoo.encdec import EncoderDecoder
 from bertzoo.errors import CheckpointError, ConfigError, DataError
 from bertzoo.model import Encoder
 from bertzoo.nn.adapter import adapter_size_from_state, add_adapters
 from bertzoo.objectives.clm import CausalLM
 from bertzoo.objectives.electra import Electra
 from bertzoo.objectives.mlm import MaskedLM
+from bertzoo.objectives.seq2seq_lm import EncoderDecoderLM
 from bertzoo.tasks.base import TaskModel
 from bertzoo.variants import get_variant, hf_family
 
@@ -262,6 +264,8 @@ def _attach_methods() -> None:
         MaskedLM: _pretraining_from_pretrained,  # and its subclass SpanBoundaryLM
         Electra: _pretraining_from_pretrained,
         CausalLM: _pretraining_from_pretrained,
+        EncoderDecoder: _pretraining_from_pretrained,  # a checkpoint of one loads as EncoderDecoderLM
+        EncoderDecoderLM: _pretraining_from_pretrained,
         TaskModel: _task_model_from_pretrained,
     }
     for cls, loader in loaders.items():

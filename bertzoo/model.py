@@ -12,8 +12,10 @@ from bertzoo.errors import BertzooError
 from bertzoo.nn import (
     Embeddings,
     LearnedPositions,
+    RelativePositionBias,
     TransformerLayer,
     TransformerStack,
+    build_norm,
     causal_attention_mask,
     to_attention_mask,
 )
@@ -46,6 +48,8 @@ class Pooler(nn.Module):
 class Encoder(nn.Module):
     """A bidirectional Transformer encoder (BERT, RoBERTa, ALBERT, ELECTRA discriminator, ...), or with
     `config.causal` the same stack as a left-to-right decoder-only model (GPT): one mask, no new stack.
+    With T5's options (`norm_kind="rms"`, `relative_buckets`, no biases, ...) it is T5's encoder, the
+    first half of `bertzoo.encdec.EncoderDecoder`.
 
     `from_pretrained` / `save_pretrained` come from bertzoo.loading (imported with the package)."""
 
@@ -68,21 +72,12 @@ class Encoder(nn.Module):
             norm=c.embedding_norm,
         )
 
-        def make_layer() -> TransformerLayer:
-            return TransformerLayer(
-                c.hidden_size,
-                c.num_heads,
-                c.intermediate_size,
-                dropout=c.dropout,
-                attention_dropout=c.attention_dropout,
-                act=c.hidden_act,
-                norm=c.norm,
-                layer_norm_eps=c.layer_norm_eps,
-            )
-
-        self.stack = TransformerStack(make_layer, c.num_layers, c.share)
+        self.stack = TransformerStack(lambda: make_layer(c), c.num_layers, c.share)
         # Pre-norm stacks leave the residual stream unnormalised: one final LayerNorm fixes that.
-        self.final_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps) if c.norm == "pre" else None
+        self.final_norm = build_norm(c.norm_kind, c.hidden_size, c.layer_norm_eps) if c.norm == "pre" else None
+        self.final_dropout = nn.Dropout(c.dropout) if c.inner_dropout and self.final_norm is not None else None
+        # T5's relative position bias, one table for the whole stack (None: positions are absolute or absent).
+        self.relative_bias = relative_bias(c, bidirectional=not c.causal)
         self.pooler = Pooler(c.hidden_size, c.pooler_act) if c.pooler else None
         self.apply(lambda m: init_weights(m, c.initializer_range))
 
@@ -132,6 +127,7 @@ class Encoder(nn.Module):
         if self.config.causal and (mask is not None or seq > 1):
             # (One new query with no padding sees every cached key: no mask at all, SDPA's fastest path.)
             mask = causal_attention_mask(mask, seq, input_ids.device, past)  # (batch|1, 1, seq, past + seq)
+        extra = {} if self.relative_bias is None else {"bias": self.relative_bias(seq, past=past)}
         x, hidden_states, attentions = self.stack(
             x,
             mask,
@@ -139,9 +135,12 @@ class Encoder(nn.Module):
             output_attentions=output_attentions,
             top_queries=None if cache is not None else top_queries,
             cache=cache,
+            **extra,
         )
         if self.final_norm is not None:
             x = self.final_norm(x)
+            if self.final_dropout is not None:
+                x = self.final_dropout(x)
             if hidden_states is not None:
                 # Every position, also when top_queries cut x to the first ones.
                 hidden_states[-1] = x if x.size(1) == hidden_states[-1].size(1) else self.final_norm(hidden_states[-1])
@@ -166,6 +165,34 @@ class Encoder(nn.Module):
     # the model does not import them (docs/architecture.md, "Layers").
 
 
+def make_layer(c: ModelConfig, *, cross_attention: bool = False) -> TransformerLayer:
+    """One layer of the stack `c` describes (a decoder layer of an encoder-decoder with `cross_attention`)."""
+    return TransformerLayer(
+        c.hidden_size,
+        c.num_heads,
+        c.intermediate_size,
+        dropout=c.dropout,
+        attention_dropout=c.attention_dropout,
+        act=c.hidden_act,
+        norm=c.norm,
+        layer_norm_eps=c.layer_norm_eps,
+        cross_attention=cross_attention,
+        bias=c.linear_bias,
+        norm_kind=c.norm_kind,
+        gated=c.ffn_gated,
+        head_dim=c.attention_head_size,
+        attention_scale=c.attention_scale,
+        ffn_dropout=c.dropout if c.inner_dropout else 0.0,
+    )
+
+
+def relative_bias(c: ModelConfig, *, bidirectional: bool) -> RelativePositionBias | None:
+    """The relative position bias of one stack, or None when `c` has none."""
+    if not c.relative_buckets:
+        return None
+    return RelativePositionBias(c.relative_buckets, c.relative_max_distance, c.num_heads, bidirectional=bidirectional)
+
+
 def init_weights(module: nn.Module, std: float) -> None:
     """BERT's initialisation: N(0, 0.02) weights, zero biases, unit LayerNorm, zero padding row."""
     if isinstance(module, nn.Linear):
@@ -180,5 +207,5 @@ def init_weights(module: nn.Module, std: float) -> None:
     elif isinstance(module, nn.LayerNorm):
         nn.init.ones_(module.weight)
         nn.init.zeros_(module.bias)
-    elif isinstance(module, LearnedPositions):
+    elif isinstance(module, (LearnedPositions, RelativePositionBias)):
         nn.init.normal_(module.weight, std=std)

@@ -26,7 +26,7 @@ import os
 import shutil
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -195,12 +195,15 @@ def prepare_shards(
     progress: bool = True,
     stats: ReadStats | None = None,
     source: str = "",
+    cleaning: Any = None,
 ) -> ShardInfo:
     """Sentence-split, tokenize and write `documents` as memory-mapped shards in `out_dir`.
 
     Memory stays bounded by one batch of `batch_docs` documents plus one shard's offset arrays.
-    `stats` (the ReadStats that `read_documents` fills) and `source` (e.g. the input paths) are
-    recorded in meta.json. Returns counts; see the module doc for the layout and atomicity.
+    `stats` (the ReadStats that `read_documents` fills), `source` (e.g. the input paths) and
+    `cleaning` (a report that cleaning the documents filled as they were read, e.g. `clean.CleanReport`:
+    a dataclass or a dict) are recorded in meta.json. Returns counts; see the module doc for the layout
+    and atomicity.
     """
     if shard_tokens < 1:
         raise ConfigError(f"shard_tokens must be >= 1, got {shard_tokens}")
@@ -272,6 +275,7 @@ def prepare_shards(
             },
             "source": source,
             "read_stats": asdict(stats) if stats is not None else None,
+            "cleaning": asdict(cleaning) if is_dataclass(cleaning) else cleaning,
             "docs_skipped": docs_skipped,
             "sentences_dropped": sentences_dropped,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

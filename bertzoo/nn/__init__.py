@@ -14,7 +14,9 @@ from bertzoo.nn.masks import (
     prefix_lm_mask,
     to_attention_mask,
 )
+from bertzoo.nn.norm import RMSNorm, build_norm
 from bertzoo.nn.positions import LearnedPositions, SinusoidalPositions, build_positions, sinusoid_table
+from bertzoo.nn.relative import RelativePositionBias, relative_position_bucket
 from bertzoo.nn.stack import TransformerStack, enable_activation_checkpointing
 
 __all__ = [
@@ -25,6 +27,8 @@ __all__ = [
     "LayerCache",
     "LayerOutput",
     "LearnedPositions",
+    "RMSNorm",
+    "RelativePositionBias",
     "Residual",
     "SelfAttention",
     "SinusoidalPositions",
@@ -32,6 +36,7 @@ __all__ = [
     "TransformerStack",
     "activation",
     "attend",
+    "build_norm",
     "build_positions",
     "enable_activation_checkpointing",
     "masked_mean",
@@ -40,6 +45,7 @@ __all__ = [
     "combine",
     "padding_mask",
     "prefix_lm_mask",
+    "relative_position_bucket",
     "sinusoid_table",
     "to_attention_mask",
 ]

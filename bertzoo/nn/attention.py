@@ -24,6 +24,7 @@ def attend(
     bias: torch.Tensor | None = None,
     dropout_p: float = 0.0,
     need_weights: bool | str = False,
+    scale: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Scaled dot-product attention.
 
@@ -33,6 +34,7 @@ def attend(
     Returns the context (batch, heads, query, head_dim) and, if asked, the probabilities
     (`need_weights=True`) or the scores before the softmax and before any mask (`need_weights="scores"`:
     q.k / sqrt(d) + bias, what TinyBERT distils; masked positions are the caller's to ignore).
+    `scale` multiplies q.k: None is 1 / sqrt(head_dim); T5 passes 1.0 (its initialisation holds the scaling).
     """
     if bias is not None:
         # SDPA takes one additive mask: fold the boolean mask into the bias.
@@ -41,8 +43,9 @@ def attend(
     else:
         attn_mask = mask
     if not need_weights:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p), None
-    scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.size(-1))  # (batch, heads, query, key)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale), None
+    scores = q @ k.transpose(-1, -2)  # (batch, heads, query, key)
+    scores = scores / math.sqrt(q.size(-1)) if scale is None else scores * scale
     raw = scores if bias is None else scores + bias
     if attn_mask is not None:
         if attn_mask.dtype == torch.bool:
@@ -55,18 +58,32 @@ def attend(
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention with one fused projection for queries, keys and values."""
+    """Multi-head self-attention with one fused projection for queries, keys and values.
 
-    def __init__(self, hidden_size: int, num_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
+    `head_dim` defaults to hidden_size / num_heads; another value gives an inner width heads x head_dim
+    different from the hidden size (T5's d_kv). `scale` multiplies the scores (None: 1 / sqrt(head_dim))."""
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        *,
+        head_dim: int | None = None,
+        scale: float | None = None,
+    ) -> None:
         super().__init__()
-        if hidden_size % num_heads:
+        if head_dim is None and hidden_size % num_heads:
             raise ValueError(f"hidden_size {hidden_size} is not divisible by num_heads {num_heads}")
         self.num_heads = num_heads
-        self.head_dim = hidden_size // num_heads
+        self.head_dim = head_dim or hidden_size // num_heads
+        self.scale = scale
         self.dropout = dropout
-        # One (hidden -> 3*hidden) matmul instead of three: fewer kernel launches, better GEMM shapes.
-        self.qkv = nn.Linear(hidden_size, 3 * hidden_size, bias=bias)
-        self.out = nn.Linear(hidden_size, hidden_size, bias=bias)
+        inner = num_heads * self.head_dim
+        # One (hidden -> 3*inner) matmul instead of three: fewer kernel launches, better GEMM shapes.
+        self.qkv = nn.Linear(hidden_size, 3 * inner, bias=bias)
+        self.out = nn.Linear(inner, hidden_size, bias=bias)
 
     def forward(
         self,
@@ -81,7 +98,7 @@ class SelfAttention(nn.Module):
         (Transformer-XL recurrence); it is used as is, so detach it upstream if gradients must stop.
         `kv`: incremental decoding; x holds the new positions only, their keys and values are appended
         to the cache and the queries read every cached position (the mask is (.., seq, past + seq))."""
-        b, s, h = x.shape
+        b, s, _ = x.shape
         if memory is None:
             qkv = self.qkv(x).view(b, s, 3, self.num_heads, self.head_dim)
             q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (batch, heads, seq, head_dim)
@@ -92,37 +109,63 @@ class SelfAttention(nn.Module):
             kv_len = full.size(1)
             qkv = self.qkv(full).view(b, kv_len, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
             q, k, v = qkv[0][:, :, -s:], qkv[1], qkv[2]
-        ctx, probs = attend(q, k, v, mask, bias, self.dropout if self.training else 0.0, need_weights)
-        ctx = ctx.transpose(1, 2).reshape(b, s, h)  # (batch, seq, hidden)
+        dropout = self.dropout if self.training else 0.0
+        ctx, probs = attend(q, k, v, mask, bias, dropout, need_weights, self.scale)
+        ctx = ctx.transpose(1, 2).reshape(b, s, -1)  # (batch, seq, inner)
         return self.out(ctx), probs
 
 
 class CrossAttention(nn.Module):
-    """Multi-head attention from a decoder sequence to encoder states (encoder-decoder models)."""
+    """Multi-head attention from a decoder sequence to encoder states (encoder-decoder models); `head_dim`
+    and `scale` as in SelfAttention. Keys and values are one fused projection of the context."""
 
     def __init__(
-        self, hidden_size: int, num_heads: int, dropout: float = 0.0, kv_size: int | None = None, bias: bool = True
+        self,
+        hidden_size: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        kv_size: int | None = None,
+        bias: bool = True,
+        *,
+        head_dim: int | None = None,
+        scale: float | None = None,
     ) -> None:
         super().__init__()
         self.num_heads = num_heads
-        self.head_dim = hidden_size // num_heads
+        self.head_dim = head_dim or hidden_size // num_heads
+        self.scale = scale
         self.dropout = dropout
-        self.q = nn.Linear(hidden_size, hidden_size, bias=bias)
-        self.kv = nn.Linear(kv_size or hidden_size, 2 * hidden_size, bias=bias)
-        self.out = nn.Linear(hidden_size, hidden_size, bias=bias)
+        inner = num_heads * self.head_dim
+        self.q = nn.Linear(hidden_size, inner, bias=bias)
+        self.kv = nn.Linear(kv_size or hidden_size, 2 * inner, bias=bias)
+        self.out = nn.Linear(inner, hidden_size, bias=bias)
+
+    def project(self, context: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values (batch, heads, key, head_dim) of the context."""
+        kv = self.kv(context).view(context.size(0), context.size(1), 2, self.num_heads, self.head_dim)
+        k, v = kv.permute(2, 0, 3, 1, 4)
+        return k, v
 
     def forward(
         self,
         x: torch.Tensor,
-        context: torch.Tensor,
+        context: torch.Tensor | None,
         mask: torch.Tensor | None = None,
         bias: torch.Tensor | None = None,
         need_weights: bool | str = False,
+        kv: LayerCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x: (batch, query, hidden); context: (batch, key, kv_size); mask over keys."""
-        b, s, h = x.shape
+        """x: (batch, query, hidden); context: (batch, key, kv_size); mask over keys. `kv` (incremental
+        decoding): the context's keys and values are projected on the first call and kept in the cache
+        (`LayerCache.cross`), later calls read them (the context may then be None)."""
+        b, s, _ = x.shape
         q = self.q(x).view(b, s, self.num_heads, self.head_dim).transpose(1, 2)
-        kv = self.kv(context).view(b, context.size(1), 2, self.num_heads, self.head_dim)
-        k, v = kv.permute(2, 0, 3, 1, 4)
-        ctx, probs = attend(q, k, v, mask, bias, self.dropout if self.training else 0.0, need_weights)
-        return self.out(ctx.transpose(1, 2).reshape(b, s, h)), probs
+        if kv is not None and kv.cross is not None:
+            k, v = kv.cross
+        else:
+            k, v = self.project(context)
+            if kv is not None:
+                kv.cross = (k, v)
+        dropout = self.dropout if self.training else 0.0
+        ctx, probs = attend(q, k, v, mask, bias, dropout, need_weights, self.scale)
+        return self.out(ctx.transpose(1, 2).reshape(b, s, -1)), probs

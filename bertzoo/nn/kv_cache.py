@@ -4,7 +4,8 @@ position per step instead of the whole prefix.
 Buffers are allocated once for the longest sequence the decoder will reach and written in place, so a
 step copies one position per layer (growing by concatenation would copy the whole past every step).
 Beam search reorders the rows (`reorder`); UniLM's mask-predict decoding drops the [MASK] position it
-fed only to read a prediction from (`truncate`).
+fed only to read a prediction from (`truncate`). An encoder-decoder's layers also keep the keys and values
+of their cross-attention over the encoded source (`LayerCache.cross`), projected once at the first step.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ class LayerCache:
         self.owner = owner
         self.keys: torch.Tensor | None = None
         self.values: torch.Tensor | None = None
+        # Cross-attention keys and values (batch, heads, source, head_dim), fixed for the whole decoding.
+        self.cross: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append the new positions' k, v (batch, heads, new, head_dim); returns every cached position's
@@ -71,3 +74,5 @@ class KVCache:
             if layer.keys is not None:
                 layer.keys = layer.keys.index_select(0, index)
                 layer.values = layer.values.index_select(0, index)
+            if layer.cross is not None:
+                layer.cross = tuple(t.index_select(0, index) for t in layer.cross)

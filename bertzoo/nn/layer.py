@@ -1,5 +1,6 @@
 """One Transformer layer: self-attention, optional cross-attention, feed-forward, each wrapped in a
-residual connection with LayerNorm after it (post-norm, BERT) or before it (pre-norm, GPT-2/T5)."""
+residual connection with LayerNorm after it (post-norm, BERT) or before it (pre-norm, GPT-2/T5). The
+norm is a LayerNorm or T5's scale-only RMS norm (`norm_kind`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from torch import nn
 from bertzoo.nn.attention import CrossAttention, SelfAttention
 from bertzoo.nn.ffn import FeedForward
 from bertzoo.nn.kv_cache import LayerCache
+from bertzoo.nn.norm import build_norm
 
 
 @dataclass
@@ -21,14 +23,15 @@ class LayerOutput:
 
 
 class Residual(nn.Module):
-    """x + dropout(f(x)) with a LayerNorm placed after (post) or before (pre) the sublayer."""
+    """x + dropout(f(x)) with a norm (`kind`: layernorm or rms) placed after (post) or before (pre) the
+    sublayer."""
 
-    def __init__(self, hidden_size: int, norm: str, dropout: float, eps: float) -> None:
+    def __init__(self, hidden_size: int, norm: str, dropout: float, eps: float, kind: str = "layernorm") -> None:
         super().__init__()
         if norm not in ("post", "pre"):
             raise ValueError(f"norm must be 'post' or 'pre', got {norm!r}")
         self.pre = norm == "pre"
-        self.norm = nn.LayerNorm(hidden_size, eps=eps)
+        self.norm = build_norm(kind, hidden_size, eps)
         self.dropout = nn.Dropout(dropout)
 
     def inner(self, x: torch.Tensor) -> torch.Tensor:
@@ -42,7 +45,10 @@ class Residual(nn.Module):
 
 
 class TransformerLayer(nn.Module):
-    """Encoder layer, or decoder layer when `cross_attention=True`."""
+    """Encoder layer, or decoder layer when `cross_attention=True`.
+
+    The defaults are BERT's; T5 asks for `bias=False` (no bias in any linear), `norm_kind="rms"`,
+    `gated=True` (v1.1), `head_dim` (its d_kv), `attention_scale=1.0` and `ffn_dropout`."""
 
     def __init__(
         self,
@@ -57,16 +63,27 @@ class TransformerLayer(nn.Module):
         layer_norm_eps: float = 1e-12,
         cross_attention: bool = False,
         cross_kv_size: int | None = None,
+        bias: bool = True,
+        norm_kind: str = "layernorm",
+        gated: bool = False,
+        head_dim: int | None = None,
+        attention_scale: float | None = None,
+        ffn_dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        self.attention = SelfAttention(hidden_size, num_heads, attention_dropout)
-        self.attention_residual = Residual(hidden_size, norm, dropout, layer_norm_eps)
+        heads = {"head_dim": head_dim, "scale": attention_scale}
+        self.attention = SelfAttention(hidden_size, num_heads, attention_dropout, bias, **heads)
+        self.attention_residual = Residual(hidden_size, norm, dropout, layer_norm_eps, norm_kind)
         self.cross = (
-            CrossAttention(hidden_size, num_heads, attention_dropout, cross_kv_size) if cross_attention else None
+            CrossAttention(hidden_size, num_heads, attention_dropout, cross_kv_size, bias, **heads)
+            if cross_attention
+            else None
         )
-        self.cross_residual = Residual(hidden_size, norm, dropout, layer_norm_eps) if cross_attention else None
-        self.ffn = FeedForward(hidden_size, intermediate_size, act)
-        self.ffn_residual = Residual(hidden_size, norm, dropout, layer_norm_eps)
+        self.cross_residual = (
+            Residual(hidden_size, norm, dropout, layer_norm_eps, norm_kind) if cross_attention else None
+        )
+        self.ffn = FeedForward(hidden_size, intermediate_size, act, bias, gated=gated, dropout=ffn_dropout)
+        self.ffn_residual = Residual(hidden_size, norm, dropout, layer_norm_eps, norm_kind)
 
     def forward(
         self,
@@ -80,15 +97,16 @@ class TransformerLayer(nn.Module):
         need_weights: bool | str = False,
         kv: LayerCache | None = None,
     ) -> LayerOutput:
-        """x: (batch, seq, hidden); mask: bool (batch|1, heads|1, seq, key); context: encoder states;
-        kv: this depth's key/value cache (incremental decoding)."""
+        """x: (batch, seq, hidden); mask: bool (batch|1, heads|1, seq, key); context: encoder states
+        (None while decoding incrementally once `kv` holds their keys and values); kv: this depth's
+        key/value cache (incremental decoding)."""
         r = self.attention_residual
         y, probs = self.attention(r.inner(x), mask, bias, memory, need_weights, kv)
         x = r.outer(x, y)
         cross_probs = None
-        if self.cross is not None and context is not None:
+        if self.cross is not None and (context is not None or (kv is not None and kv.cross is not None)):
             r = self.cross_residual
-            y, cross_probs = self.cross(r.inner(x), context, context_mask, need_weights=need_weights)
+            y, cross_probs = self.cross(r.inner(x), context, context_mask, need_weights=need_weights, kv=kv)
             x = r.outer(x, y)
         r = self.ffn_residual
         x = r.outer(x, self.ffn(r.inner(x)))

@@ -50,9 +50,13 @@ class TransformerStack(nn.Module):
         output_attentions: bool | str = False,
         top_queries: int | None = None,
         cache: KVCache | None = None,
+        cross_attentions: list[torch.Tensor] | None = None,
         **layer_kwargs,
     ) -> tuple[torch.Tensor, list[torch.Tensor] | None, list[torch.Tensor] | None]:
         """Returns (last hidden, hidden states of every depth incl. the input, attentions).
+
+        `cross_attentions`: a list that receives each layer's cross-attention weights (decoder layers,
+        with `output_attentions`).
 
         `cache`: incremental decoding; x holds the new positions, each depth appends their keys and
         values to its slot of the cache, and `mask` covers (new, cached + new) positions.
@@ -80,6 +84,8 @@ class TransformerStack(nn.Module):
                 hidden_states.append(x)
             if attentions is not None:
                 attentions.append(out.attention)
+            if cross_attentions is not None and output_attentions:
+                cross_attentions.append(out.cross_attention)
         if cache is not None:
             cache.advance(x.size(1))
         if top_queries is not None:

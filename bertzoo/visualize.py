@@ -1,0 +1,603 @@
+"""Attention you can look at: an offline HTML page (head view + model view) and PNG heat maps.
+
+The data model is a list of named **attention groups**. A group is one kind of attention in a model:
+its query tokens, its key tokens, and a (layers, heads, queries, keys) array of probabilities (each
+row sums to 1). An encoder has one group ("self-attention", bidirectional), a decoder-only model (GPT)
+one causal group (lower-triangular); the page and the PNGs draw any list of groups, so an
+encoder-decoder adds "encoder", "decoder" and "cross" groups and XLNet its two streams without
+touching the drawing code.
+
+How a model becomes groups: `BUILDERS` is the one explicit table of builders, tried in order; each
+takes `(model, tokenizer, text, pair)` and returns the groups, or None when the model is not its kind.
+An encoder-decoder model (T5) plugs in by replacing the `_encoder_decoder_groups` stub below: encode
+`text` as the source and `pair` as the target (the decoder's input), run the model with its attention
+probabilities, and return three groups: `encoder` (bidirectional, source x source), `decoder`
+(causal, target x target) and `cross` (kind "cross": target tokens as queries, source tokens as keys).
+
+Python API: `attention_groups`, `attention_html`, `attention_png`; `render_html` / `render_png` draw
+groups already computed (the CLI computes them once for both). `bertzoo attention` is the command.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertzoo.errors import ConfigError, DataError
+from bertzoo.model import Encoder
+
+__all__ = [
+    "AttentionGroup",
+    "BUILDERS",
+    "attention_groups",
+    "attention_html",
+    "attention_png",
+    "render_html",
+    "render_png",
+    "require_matplotlib",
+]
+
+KINDS = ("bidirectional", "causal", "cross")
+# Weights are written to the page with this many decimals (the JSON stays small; 5e-5 is invisible).
+DECIMALS = 4
+# The head view draws no line for a weight below this (it would be invisible: opacity = weight).
+MIN_LINE = 0.001
+PLOT_HINT = "PNG output needs matplotlib; install it with pip install 'bertzoo[plot]'"
+
+
+@dataclass
+class AttentionGroup:
+    """One kind of attention of a model: `weights[layer, head, q, k]` is how much query token q
+    attends to key token k (probabilities, each row sums to 1)."""
+
+    name: str
+    kind: str  # "bidirectional", "causal" or "cross"
+    queries: list[str]
+    keys: list[str]
+    weights: np.ndarray  # (layers, heads, len(queries), len(keys)) float32
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"attention group kind must be one of {KINDS}, got {self.kind!r}")
+        self.weights = np.asarray(self.weights, dtype=np.float32)
+        expected = (len(self.queries), len(self.keys))
+        if self.weights.ndim != 4 or self.weights.shape[2:] != expected:
+            raise ValueError(
+                f"weights of group {self.name!r} must be (layers, heads, {expected[0]}, {expected[1]}), "
+                f"got {self.weights.shape}"
+            )
+
+    @property
+    def num_layers(self) -> int:
+        return self.weights.shape[0]
+
+    @property
+    def num_heads(self) -> int:
+        return self.weights.shape[1]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "queries": self.queries,
+            "keys": self.keys,
+            "layers": self.num_layers,
+            "heads": self.num_heads,
+            "weights": np.round(self.weights.astype(np.float64), DECIMALS).tolist(),
+        }
+
+
+# --- from a model to groups ---------------------------------------------------------------------------
+
+
+def display_token(tokenizer, token_id: int) -> str:
+    """A token as a reader wants to see it: byte-level BPE's "Ġ" and SentencePiece's "▁" word markers
+    dropped (WordPiece's "##" kept: it says the piece continues a word)."""
+    token = tokenizer.id_to_token(int(token_id))
+    if token is None:
+        return f"<{int(token_id)}>"
+    kind = getattr(tokenizer, "kind", "wordpiece")
+    if kind == "bpe":
+        token = token.replace("\u0120", " ").replace("\u010a", "\\n").strip() or token
+    elif kind == "unigram":
+        token = token.replace("\u2581", " ").strip() or token
+    return token
+
+
+def find_encoder(model: nn.Module) -> Encoder:
+    """The Encoder of a model: the model itself, or the `.encoder` every bertzoo objective and task model
+    has (MaskedLM, CausalLM, ELECTRA's discriminator, TaskModel). Anything else has no attention outputs."""
+    if isinstance(model, Encoder):
+        return model
+    inner = getattr(model, "encoder", None)
+    if isinstance(inner, Encoder):
+        return inner
+    raise ConfigError(
+        f"a {type(model).__name__} has no attention outputs bertzoo can read; pass a bertzoo Encoder or a model "
+        "holding one as .encoder (a task model, MaskedLM, CausalLM, ELECTRA)"
+    )
+
+
+def _checked_text(text: str, what: str) -> str:
+    if not isinstance(text, str) or not text.strip():
+        raise DataError(f"the {what} is empty; pass some text to look at")
+    return text
+
+
+def _encoder_groups(model: nn.Module, tokenizer, text: str, pair: str | None) -> list[AttentionGroup] | None:
+    """One group for an encoder: "self-attention", bidirectional, or causal for a decoder-only model (GPT).
+    The input is what the model reads in fine-tuning: [CLS] text [SEP] (pair [SEP])."""
+    encoder = find_encoder(model)
+    encoded = tokenizer.encode(text, pair)
+    ids = list(encoded.ids)
+    limit = encoder.embeddings.max_position
+    if len(ids) > limit:
+        raise DataError(
+            f"the text is {len(ids)} tokens long with its special tokens; this model accepts at most {limit}; "
+            "shorten it"
+        )
+    device = next(encoder.parameters()).device
+    input_ids = torch.tensor([ids], device=device)
+    type_ids = None
+    if encoder.config.type_vocab_size > 1:
+        type_ids = torch.tensor([encoded.type_ids], device=device)
+    was_training = encoder.training
+    encoder.eval()
+    try:
+        with torch.inference_mode():
+            out = encoder(input_ids, token_type_ids=type_ids, output_attentions=True, pool=False)
+    finally:
+        encoder.train(was_training)
+    if not out.attentions or any(a is None for a in out.attentions):
+        raise ConfigError(f"this {type(model).__name__} returned no attention probabilities; it has no attention view")
+    weights = torch.stack([a[0].float() for a in out.attentions]).cpu().numpy()  # (layers, heads, seq, seq)
+    tokens = [display_token(tokenizer, i) for i in ids]
+    kind = "causal" if encoder.config.causal else "bidirectional"
+    return [AttentionGroup("self-attention", kind, tokens, tokens, weights)]
+
+
+def _encoder_decoder_groups(model: nn.Module, tokenizer, text: str, pair: str | None) -> list[AttentionGroup] | None:
+    """The hook for encoder-decoder models (T5): not built yet. A model with a `decoder` is refused here
+    with one line instead of being read as an encoder; see the module docstring for the groups to return."""
+    if getattr(model, "decoder", None) is None:
+        return None
+    raise ConfigError(
+        f"attention views of encoder-decoder models ({type(model).__name__}) are not built yet; "
+        "look at its encoder instead (pass model.encoder)"
+    )
+
+
+# Tried in order; the first builder that returns groups wins (an explicit table, no registration).
+BUILDERS = (_encoder_decoder_groups, _encoder_groups)
+
+
+def attention_groups(model: nn.Module, tokenizer, text: str, pair: str | None = None) -> list[AttentionGroup]:
+    """The attention groups of `model` on `text` (and `pair`, the second segment or, for an
+    encoder-decoder, the target). Empty text, text longer than the model accepts, and models without
+    attention outputs are one-line BertzooErrors."""
+    _checked_text(text, "text")
+    if pair is not None:
+        _checked_text(pair, "pair text")
+    for build in BUILDERS:
+        groups = build(model, tokenizer, text, pair)
+        if groups is not None:
+            return groups
+    raise ConfigError(f"a {type(model).__name__} has no attention outputs bertzoo can read")
+
+
+def _pick(groups: list[AttentionGroup], group: int | str) -> int:
+    if isinstance(group, str):
+        names = [g.name for g in groups]
+        if group not in names:
+            raise ConfigError(f"no attention group {group!r}; this model has {', '.join(names)}")
+        return names.index(group)
+    if not 0 <= group < len(groups):
+        raise ConfigError(f"attention group {group} is out of range: this model has {len(groups)}")
+    return group
+
+
+def _check_layer_head(g: AttentionGroup, layer: int | None, head: int | None) -> None:
+    if (layer is None) != (head is None):
+        raise ConfigError("give both a layer and a head (--layer L --head H), or neither for every layer and head")
+    if layer is not None and not 0 <= layer < g.num_layers:
+        raise ConfigError(f"layer {layer} is out of range: the model has {g.num_layers} layers (0..{g.num_layers - 1})")
+    if head is not None and not 0 <= head < g.num_heads:
+        raise ConfigError(f"head {head} is out of range: the model has {g.num_heads} heads (0..{g.num_heads - 1})")
+
+
+# --- the page -----------------------------------------------------------------------------------------
+
+
+def page_data(
+    groups: list[AttentionGroup],
+    *,
+    title: str = "",
+    text: str = "",
+    pair: str | None = None,
+    group: int | str = 0,
+    layer: int | None = None,
+    head: int | None = None,
+) -> dict[str, Any]:
+    """What the page embeds as JSON (also what the tests read back)."""
+    if not groups:
+        raise ConfigError("no attention groups to draw")
+    index = _pick(groups, group)
+    _check_layer_head(groups[index], layer, head)
+    return {
+        "title": title,
+        "text": text,
+        "pair": pair,
+        "min_line": MIN_LINE,
+        "initial": {"group": index, "layer": layer or 0, "head": head or 0},
+        "groups": [g.to_json() for g in groups],
+    }
+
+
+def _script_json(data: dict[str, Any]) -> str:
+    """JSON safe inside a <script> element: no "</script>", no "<!--" whatever the tokens hold."""
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def render_html(groups: list[AttentionGroup], **kwargs: Any) -> str:
+    """The self-contained page for `groups` (keyword arguments: `page_data`'s). No network: the script,
+    the styles and the data are inline."""
+    data = page_data(groups, **kwargs)
+    title = "Attention" + (f": {data['title']}" if data["title"] else "")
+    return (
+        _PAGE.replace("%TITLE%", html.escape(title))
+        .replace("%STYLE%", _STYLE)
+        .replace("%SCRIPT%", _SCRIPT)
+        .replace("%DATA%", _script_json(data))
+    )
+
+
+def attention_html(
+    model: nn.Module,
+    tokenizer,
+    text: str,
+    pair: str | None = None,
+    *,
+    title: str = "",
+    layer: int | None = None,
+    head: int | None = None,
+) -> str:
+    """An offline HTML page showing `model`'s attention on `text` (and `pair`): a head view (tokens in
+    two columns linked by lines whose opacity is the weight; layer and head selectable; hovering a token
+    shows its links only) and a model view (every layer x head as a small heat map; click to select)."""
+    groups = attention_groups(model, tokenizer, text, pair)
+    return render_html(groups, title=title or type(model).__name__, text=text, pair=pair, layer=layer, head=head)
+
+
+# --- PNG ----------------------------------------------------------------------------------------------
+
+
+def require_matplotlib():
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise ConfigError(PLOT_HINT) from None
+    return Figure
+
+
+def render_png(
+    groups: list[AttentionGroup],
+    path: str | Path,
+    *,
+    group: int | str = 0,
+    layer: int | None = None,
+    head: int | None = None,
+    inches: float = 6.0,
+    cell_inches: float = 1.2,
+    dpi: int = 100,
+) -> Path:
+    """A PNG heat map of one layer and head (`inches` square, token labels on both axes), or with neither
+    a grid of every layer x head (`cell_inches` per map). The image is exactly that size x `dpi` pixels.
+    `path` is a .png file, or a directory to write `layer{L}_head{H}.png` / `all_heads.png` into."""
+    Figure = require_matplotlib()
+    g = groups[_pick(groups, group)]
+    _check_layer_head(g, layer, head)
+    path = Path(path)
+    if path.suffix.lower() != ".png":
+        path = path / (f"layer{layer}_head{head}.png" if layer is not None else "all_heads.png")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    suffix = "" if len(groups) == 1 else f" ({g.name})"
+    if layer is not None:
+        fig = Figure(figsize=(inches, inches), dpi=dpi, layout="constrained")
+        ax = fig.add_subplot()
+        image = ax.imshow(g.weights[layer, head], cmap="Blues", vmin=0.0, vmax=1.0, interpolation="nearest")
+        ax.set_xticks(range(len(g.keys)), g.keys, rotation=90, fontsize=8)
+        ax.set_yticks(range(len(g.queries)), g.queries, fontsize=8)
+        ax.set_xlabel("key")
+        ax.set_ylabel("query")
+        ax.set_title(f"layer {layer}, head {head}{suffix}")
+        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    else:
+        size = (cell_inches * g.num_heads + 0.6, cell_inches * g.num_layers + 0.6)
+        fig = Figure(figsize=size, dpi=dpi, layout="constrained")
+        axes = fig.subplots(g.num_layers, g.num_heads, squeeze=False)
+        for layer_index in range(g.num_layers):
+            for head_index in range(g.num_heads):
+                ax = axes[layer_index][head_index]
+                ax.imshow(g.weights[layer_index, head_index], cmap="Blues", vmin=0.0, vmax=1.0, interpolation="nearest")
+                ax.set_xticks([])
+                ax.set_yticks([])
+                if layer_index == 0:
+                    ax.set_title(f"head {head_index}", fontsize=8)
+                if head_index == 0:
+                    ax.set_ylabel(f"layer {layer_index}", fontsize=8)
+        fig.suptitle(f"attention, every layer and head{suffix}", fontsize=9)
+    fig.savefig(path, dpi=dpi)
+    return path
+
+
+def attention_png(
+    model: nn.Module,
+    tokenizer,
+    text: str,
+    path: str | Path,
+    pair: str | None = None,
+    *,
+    layer: int | None = None,
+    head: int | None = None,
+    group: int | str = 0,
+    **kwargs: Any,
+) -> Path:
+    """A PNG heat map of `model`'s attention on `text`: one layer and head, or every one as a grid
+    (`render_png`); needs matplotlib (`pip install 'bertzoo[plot]'`)."""
+    require_matplotlib()  # before running the model
+    groups = attention_groups(model, tokenizer, text, pair)
+    return render_png(groups, path, group=group, layer=layer, head=head, **kwargs)
+
+
+# --- the page's parts (inline: the page works offline, from a file) ------------------------------------
+
+_PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>%TITLE%</title>
+<style>%STYLE%</style>
+</head>
+<body>
+<header>
+  <h1>%TITLE%</h1>
+  <p id="about"></p>
+</header>
+<nav id="controls">
+  <label>Attention <select id="group"></select></label>
+  <label>Layer <select id="layer"></select></label>
+  <label>Head <select id="head"></select></label>
+  <span id="kind"></span>
+</nav>
+<main>
+  <section id="head-view">
+    <h2>Head view</h2>
+    <p class="hint">Each line joins a query token (left) to a key token (right); its opacity is the attention
+    weight. Hover a token to see only its lines.</p>
+    <p id="status">&nbsp;</p>
+    <svg id="head-svg" role="img" aria-label="head view"></svg>
+  </section>
+  <section id="model-view">
+    <h2>Model view</h2>
+    <p class="hint">Every layer (rows) and head (columns): query tokens down, key tokens across, darker =
+    more attention. Click one to show it in the head view.</p>
+    <div id="grid"></div>
+  </section>
+</main>
+<script type="application/json" id="attention-data">%DATA%</script>
+<script>%SCRIPT%</script>
+</body>
+</html>
+"""
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 16px; color: #222; background: #fff; }
+h1 { font-size: 18px; margin: 0 0 4px; }
+h2 { font-size: 15px; margin: 8px 0 4px; }
+#about { margin: 0 0 8px; color: #555; font-size: 13px; }
+#controls { display: flex; gap: 16px; align-items: center; font-size: 14px; margin-bottom: 8px; flex-wrap: wrap; }
+#kind { color: #555; font-size: 13px; }
+main { display: flex; gap: 32px; align-items: flex-start; flex-wrap: wrap; }
+.hint { color: #666; font-size: 12px; max-width: 420px; margin: 0 0 4px; }
+#status { font-size: 12px; font-family: ui-monospace, monospace; min-height: 1.2em; margin: 0 0 4px; }
+#head-svg { font-family: ui-monospace, monospace; font-size: 13px; }
+#head-svg text.tok { cursor: pointer; fill: #222; }
+#head-svg text.tok.active { fill: #c01818; font-weight: bold; }
+#head-svg text.col { fill: #777; font-size: 11px; }
+#head-svg line.link { stroke-width: 2; }
+#head-svg.focus line.link { display: none; }
+#head-svg.focus line.link.on { display: inline; stroke-width: 3; }
+#grid { display: grid; gap: 4px; align-items: center; justify-items: center; font-size: 11px; color: #555; }
+#grid canvas.thumb { cursor: pointer; image-rendering: pixelated; outline: 1px solid #ccc; outline-offset: 1px; }
+#grid canvas.thumb.selected { outline: 3px solid #c01818; outline-offset: 2px; }
+"""
+
+_SCRIPT = r"""
+(function () {
+  "use strict";
+  var data = JSON.parse(document.getElementById("attention-data").textContent);
+  var $ = function (id) { return document.getElementById(id); };
+  var svg = $("head-svg");
+  var NS = svg.namespaceURI;
+  var ROW = 22, TOP = 28, GAP = 150, THUMB = 72, CHAR = 8;
+  var state = { group: data.initial.group, layer: data.initial.layer, head: data.initial.head, lines: [], thumbs: [] };
+
+  function group() { return data.groups[state.group]; }
+  function matrix() { return group().weights[state.layer][state.head]; }
+  function headColour(h, n) { return "hsl(" + Math.round(360 * h / Math.max(n, 1)) + ",70%,38%)"; }
+  // White (0) to dark blue (1), linear in the weight: the model view's cells.
+  function ramp(a) {
+    return "rgb(" + Math.round(255 - 247 * a) + "," + Math.round(255 - 207 * a) + "," + Math.round(255 - 148 * a) + ")";
+  }
+  function make(name, attrs, parent) {
+    var e = document.createElementNS(NS, name);
+    for (var k in attrs) { e.setAttribute(k, attrs[k]); }
+    parent.appendChild(e);
+    return e;
+  }
+  function fill(select, n, label, value) {
+    select.innerHTML = "";
+    for (var i = 0; i < n; i++) { select.appendChild(new Option(label + " " + i, String(i))); }
+    select.value = String(value);
+  }
+  function width(tokens) {
+    var longest = 4;
+    tokens.forEach(function (t) { longest = Math.max(longest, t.length); });
+    return CHAR * longest + 12;
+  }
+
+  function drawHeadView() {
+    var g = group(), w = matrix();
+    while (svg.firstChild) { svg.removeChild(svg.firstChild); }
+    svg.classList.remove("focus");
+    var left = width(g.queries), right = width(g.keys);
+    var x1 = left + 6, x2 = left + 6 + GAP;
+    var rows = Math.max(g.queries.length, g.keys.length);
+    svg.setAttribute("width", left + GAP + right + 12);
+    svg.setAttribute("height", TOP + ROW * rows + 8);
+    var y = function (i) { return TOP + ROW * i + ROW / 2; };
+    make("text", { x: left, y: 14, "text-anchor": "end", "class": "col" }, svg).textContent = "queries";
+    make("text", { x: x2 + 6, y: 14, "class": "col" }, svg).textContent = "keys";
+    var links = make("g", { stroke: headColour(state.head, g.heads) }, svg);
+    state.lines = [];
+    for (var i = 0; i < g.queries.length; i++) {
+      for (var j = 0; j < g.keys.length; j++) {
+        var a = w[i][j];
+        if (a < data.min_line) { continue; }
+        state.lines.push(make("line", {
+          x1: x1, y1: y(i), x2: x2, y2: y(j), "stroke-opacity": a, "class": "link", "data-q": i, "data-k": j
+        }, links));
+      }
+    }
+    g.queries.forEach(function (t, i) { token(t, "q", i, left, y(i) + 4, "end"); });
+    g.keys.forEach(function (t, j) { token(t, "k", j, x2 + 6, y(j) + 4, "start"); });
+    $("status").textContent = "\u00a0";
+  }
+
+  function token(text, side, index, x, y, anchor) {
+    var t = make("text", { x: x, y: y, "text-anchor": anchor, "class": "tok " + side, "data-i": index }, svg);
+    t.textContent = text;
+    t.addEventListener("mouseenter", function () { focus(side, index, t); });
+    t.addEventListener("mouseleave", unfocus);
+  }
+
+  function focus(side, index, element) {
+    var g = group(), w = matrix();
+    svg.classList.add("focus");
+    element.classList.add("active");
+    var attr = side === "q" ? "data-q" : "data-k";
+    state.lines.forEach(function (line) { line.classList.toggle("on", line.getAttribute(attr) === String(index)); });
+    var row = side === "q" ? w[index] : w.map(function (r) { return r[index]; });
+    var names = side === "q" ? g.keys : g.queries;
+    var order = row.map(function (a, j) { return j; }).sort(function (p, q) { return row[q] - row[p]; });
+    var best = order.slice(0, 3).map(function (j) { return names[j] + " " + row[j].toFixed(3); });
+    var who = side === "q" ? "query " : "key ";
+    var verb = side === "q" ? " attends to: " : " is attended by: ";
+    $("status").textContent = who + index + " " + (side === "q" ? g.queries : g.keys)[index] + verb + best.join(", ");
+  }
+
+  function unfocus() {
+    svg.classList.remove("focus");
+    svg.querySelectorAll("text.active").forEach(function (t) { t.classList.remove("active"); });
+    state.lines.forEach(function (line) { line.classList.remove("on"); });
+    $("status").textContent = "\u00a0";
+  }
+
+  function drawModelView() {
+    var g = group(), grid = $("grid");
+    grid.innerHTML = "";
+    grid.style.gridTemplateColumns = "auto repeat(" + g.heads + ", auto)";
+    grid.appendChild(document.createElement("span"));
+    for (var h = 0; h < g.heads; h++) {
+      var label = document.createElement("span");
+      label.textContent = "head " + h;
+      grid.appendChild(label);
+    }
+    var cell = Math.max(1, Math.floor(THUMB / Math.max(g.queries.length, g.keys.length)));
+    state.thumbs = [];
+    for (var l = 0; l < g.layers; l++) {
+      var name = document.createElement("span");
+      name.textContent = "layer " + l;
+      grid.appendChild(name);
+      for (h = 0; h < g.heads; h++) { grid.appendChild(thumb(g, l, h, cell)); }
+    }
+    markSelected();
+  }
+
+  function thumb(g, l, h, cell) {
+    var c = document.createElement("canvas");
+    c.width = g.keys.length * cell;
+    c.height = g.queries.length * cell;
+    c.className = "thumb";
+    c.title = "layer " + l + ", head " + h;
+    c.setAttribute("data-layer", l);
+    c.setAttribute("data-head", h);
+    c.setAttribute("data-cell", cell);
+    var ctx = c.getContext("2d"), w = g.weights[l][h];
+    for (var i = 0; i < g.queries.length; i++) {
+      for (var j = 0; j < g.keys.length; j++) {
+        ctx.fillStyle = ramp(w[i][j]);
+        ctx.fillRect(j * cell, i * cell, cell, cell);
+      }
+    }
+    c.addEventListener("click", function () { select(l, h); });
+    state.thumbs.push(c);
+    return c;
+  }
+
+  function markSelected() {
+    state.thumbs.forEach(function (c) {
+      var layer = c.getAttribute("data-layer"), head = c.getAttribute("data-head");
+      c.classList.toggle("selected", layer === String(state.layer) && head === String(state.head));
+    });
+  }
+
+  function select(layer, head) {
+    state.layer = layer;
+    state.head = head;
+    $("layer").value = String(layer);
+    $("head").value = String(head);
+    drawHeadView();
+    markSelected();
+  }
+
+  function selectGroup(index) {
+    state.group = index;
+    var g = group();
+    state.layer = Math.min(state.layer, g.layers - 1);
+    state.head = Math.min(state.head, g.heads - 1);
+    fill($("layer"), g.layers, "layer", state.layer);
+    fill($("head"), g.heads, "head", state.head);
+    var kinds = {
+      bidirectional: "bidirectional: every token attends to every token",
+      causal: "causal: each token attends to itself and the tokens before it",
+      cross: "cross-attention: target tokens (queries) attend to source tokens (keys)"
+    };
+    $("kind").textContent = g.name + " \u2014 " + (kinds[g.kind] || g.kind);
+    drawModelView();
+    drawHeadView();
+  }
+
+  var about = "text: \u201c" + data.text + "\u201d";
+  if (data.pair !== null) { about += "  pair: \u201c" + data.pair + "\u201d"; }
+  $("about").textContent = about;
+  var groups = $("group");
+  data.groups.forEach(function (g, i) { groups.appendChild(new Option(g.name, String(i))); });
+  groups.value = String(state.group);
+  groups.disabled = data.groups.length < 2;
+  groups.addEventListener("change", function () { selectGroup(Number(groups.value)); });
+  $("layer").addEventListener("change", function () { select(Number($("layer").value), state.head); });
+  $("head").addEventListener("change", function () { select(state.layer, Number($("head").value)); });
+  selectGroup(state.group);
+  document.body.setAttribute("data-ready", "1");
+})();
+"""
