@@ -90,7 +90,7 @@ def test_eval_reports_unigram_baseline(synthetic_shards, tmp_path):
 def test_vocab_and_length_are_checked_before_training(synthetic_shards, tmp_path):
     cfg = tiny_config(synthetic_shards, tmp_path / "x")
     cfg.model = {**TINY_MODEL, "vocab_size": 50}
-    with pytest.raises(ConfigError, match="vocab_size=50 but the shards' tokenizer has"):
+    with pytest.raises(ConfigError, match="vocab_size=50 but the run's tokenizer has"):
         build_pretraining(cfg)
     cfg = tiny_config(synthetic_shards, tmp_path / "y")
     cfg.data.max_seq_len = 128

@@ -159,9 +159,11 @@ def test_a_tokenizer_without_sentinel_tokens_needs_ids_of_their_own(synthetic_to
     assert batch.labels[0, 0].item() == size + 99  # <extra_id_0>
 
 
-def test_too_short_examples_are_refused():
+def test_too_short_examples_are_left_out_and_a_batch_of_only_those_refused():
     c = SpanCorruptionCollator(SPECIAL, 0, vocab_size=VOCAB)
-    with pytest.raises(DataError, match="example 4 has 1 text token"):
+    batch = c([ex([10], 4), ex([10, 11, 12, 13], 5)])
+    assert batch.example_index.tolist() == [5] and batch.input_ids.size(0) == 1
+    with pytest.raises(DataError, match="fewer than 2 text token"):
         c([ex([10], 4)])
 
 

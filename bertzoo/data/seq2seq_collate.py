@@ -49,6 +49,7 @@ batch, with any number of workers or processes (`bertzoo.data.rng`).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -83,6 +84,7 @@ __all__ = [
 
 EOS_TOKEN = "</s>"
 SENTINEL_TOKEN = "<extra_id_{}>"
+_SENTINEL = re.compile(r"<extra_id_\d+>$")
 
 
 @dataclass(frozen=True)
@@ -244,6 +246,11 @@ class Seq2SeqCollator:
                 self._dropped[self.eos_id] = True
         self._reserved = np.zeros(self.vocab_size, dtype=bool)
         self._reserved[used] = True
+        self._top_special = max(used)
+        if isinstance(tokenizer, Tokenizer):
+            # A T5 vocabulary's sentinels are never a random replacement (iid_mask, MASS) either.
+            vocab = tokenizer.backend.get_vocab(with_added_tokens=True)
+            self._reserved[[i for t, i in vocab.items() if _SENTINEL.match(t) and i < self.vocab_size]] = True
 
     def default_start(self) -> int:
         """T5's decoder start token: the pad id."""
@@ -279,16 +286,20 @@ class Seq2SeqCollator:
         except KeyError:
             raise DataError("pretraining examples need an 'index' (it seeds the noise)") from None
         epoch = np.fromiter((int(e.get("epoch", 0)) for e in examples), dtype=np.int64, count=len(examples))
-        made = []
+        made, kept = [], []
         for e, ep, i in zip(examples, epoch.tolist(), index.tolist(), strict=True):
             tokens = self.tokens(e)
-            if len(tokens) < self.min_length:
-                raise DataError(
-                    f"example {i} has {len(tokens)} text token(s); the {self.name} objective needs at least "
-                    f"{self.min_length}: drop shorter examples when building the dataset"
-                )
-            made.append(self.example(tokens, ep, i))
-        return self.assemble(made, index)
+            # Packing leaves the odd block too short for the noise (a one-word tail of the corpus): it is
+            # left out of the batch; the loss averages over the target tokens there are.
+            if len(tokens) >= self.min_length:
+                made.append(self.example(tokens, ep, i))
+                kept.append(i)
+        if not made:
+            raise DataError(
+                f"every example of the batch has fewer than {self.min_length} text token(s), the least the "
+                f"{self.name} objective needs; raise data.max_seq_len or check the data"
+            )
+        return self.assemble(made, np.asarray(kept, dtype=np.int64))
 
     def assemble(self, made: Sequence[Seq2SeqExample], index: np.ndarray) -> Batch:
         """Pad encoder inputs and targets (appending EOS where this objective does) into a `Batch`."""
@@ -348,7 +359,7 @@ class SpanCorruptionCollator(Seq2SeqCollator):
         self.num_sentinels = num_sentinels
         self.roll = bool(roll)
         first = self.vocab_size - num_sentinels  # the lowest sentinel id
-        top_special = int(np.flatnonzero(self._reserved).max())
+        top_special = self._top_special
         if first <= top_special:
             raise ConfigError(
                 f"a vocabulary of {self.vocab_size} has no room for {num_sentinels} sentinels above the special "

@@ -466,8 +466,9 @@ class ShardedCorpus:
         """DataError unless `tokenizer` has the vocabulary and normalisation the shards were made with."""
         want = self.meta.get("tokenizer", {})
         fix = f"use the tokenizer in {self.path / TOKENIZER_DIR} or re-run bertzoo prepare"
-        sha = tokenizer.vocab_sha256
-        if tokenizer.vocab_size != self.vocab_size or sha != want.get("vocab_sha256"):
+        # A tokenizer that extends the shards' one at the end (T5 adds its sentinels) reads them the same.
+        sha = tokenizer.prefix_sha256(self.vocab_size)
+        if tokenizer.vocab_size < self.vocab_size or sha != want.get("vocab_sha256"):
             raise DataError(
                 f"the tokenizer (vocab {tokenizer.vocab_size}, sha256 {sha[:12]}) differs from the one "
                 f"{self.path} was prepared with (vocab {self.vocab_size}, sha256 "

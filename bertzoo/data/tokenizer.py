@@ -401,7 +401,31 @@ class Tokenizer:
     @property
     def vocab_sha256(self) -> str:
         """sha256 of vocab.txt as `save` writes it: identifies the id <-> token mapping."""
-        return hashlib.sha256("".join(t + "\n" for t in self.vocab_list()).encode("utf-8")).hexdigest()
+        return self.prefix_sha256(self.vocab_size)
+
+    def prefix_sha256(self, n: int) -> str:
+        """`vocab_sha256` of the first `n` tokens: a tokenizer extended with tokens at the end (T5's
+        sentinels) still maps ids 0..n-1 as the one it extends."""
+        return hashlib.sha256("".join(t + "\n" for t in self.vocab_list()[:n]).encode("utf-8")).hexdigest()
+
+    def with_special_tokens(self, tokens: Sequence[str]) -> Tokenizer:
+        """A copy with `tokens` appended as special tokens, in order, skipping those it already has: every
+        existing id keeps its token, so data encoded with this tokenizer reads the same."""
+        backend = tokenizers.Tokenizer.from_str(self._tk.to_str())
+        new = [t for t in dict.fromkeys(tokens) if backend.token_to_id(t) is None]
+        backend.add_special_tokens([tokenizers.AddedToken(t, special=True, normalized=False) for t in new])
+        copy = Tokenizer(
+            backend,
+            lowercase=self.lowercase,
+            strip_accents=self.strip_accents,
+            model_max_length=self.model_max_length,
+            kind=self.kind,
+            special_tokens=self.special_tokens,
+            add_prefix_space=self.add_prefix_space,
+        )
+        if copy.vocab_size != self.vocab_size + len(new):
+            raise DataError("the added tokens did not get ids after the vocabulary; the tokenizer has gaps in its ids")
+        return copy
 
     # -- encoding -------------------------------------------------------------------------------
 

@@ -22,7 +22,9 @@ def build_pretraining(cfg: PretrainConfig):
 
     A variant module may define `examples(cfg, corpus, tokenizer, world_size=...)` and
     `collator(cfg, tokenizer)` for its own data recipe; otherwise BERT's (NSP pairs or single
-    segments, token masking) is used.
+    segments, token masking) is used. `run_tokenizer(cfg, tokenizer)` may extend the shards' tokenizer
+    at the end (T5's sentinels; the run saves the extended one) and `model_defaults(tokenizer)` give
+    model fields that follow the tokenizer (T5's decoder start id) before the generic ones.
     `build(model_config, objective, **cfg.objective_args)` makes the trainable module.
     """
     from bertzoo.data.collate import PretrainingCollator
@@ -35,16 +37,20 @@ def build_pretraining(cfg: PretrainConfig):
     corpus = ShardedCorpus(cfg.data.shards)
     tokenizer = corpus.tokenizer()
     corpus.check_tokenizer(tokenizer)  # a replaced shards/tokenizer/ would feed the model ids it cannot embed
+    if hasattr(variant, "run_tokenizer"):
+        tokenizer = variant.run_tokenizer(cfg, tokenizer)
     spec = dict(cfg.model)
+    for key, value in getattr(variant, "model_defaults", lambda t: {})(tokenizer).items():
+        spec.setdefault(key, value)
     spec.setdefault("vocab_size", tokenizer.vocab_size)
     spec.setdefault("pad_token_id", tokenizer.pad_id)
     model_cfg = variant.model_config(spec)
     if model_cfg.vocab_size != tokenizer.vocab_size:
         raise ConfigError(
-            f"model.vocab_size={model_cfg.vocab_size} but the shards' tokenizer has {tokenizer.vocab_size} "
+            f"model.vocab_size={model_cfg.vocab_size} but the run's tokenizer has {tokenizer.vocab_size} "
             "tokens; remove model.vocab_size (it defaults to the tokenizer's) or re-prepare the shards"
         )
-    if cfg.data.max_seq_len > model_cfg.max_position:
+    if model_cfg.position != "none" and cfg.data.max_seq_len > model_cfg.max_position:
         raise ConfigError(
             f"data.max_seq_len={cfg.data.max_seq_len} exceeds model.max_position={model_cfg.max_position}; "
             "lower data.max_seq_len or raise model.max_position"

@@ -23,7 +23,7 @@ from typing import Any
 from bertzoo.config import ModelConfig
 from bertzoo.errors import CheckpointError, ConfigError
 from bertzoo.hf_keys import HFFamily
-from bertzoo.variants import albert, bert, distilbert, electra, ernie, gpt, roberta, spanbert, t5, unilm
+from bertzoo.variants import albert, bert, distilbert, electra, ernie, gpt, mass, roberta, spanbert, t5, unilm
 
 VARIANTS: dict[str, ModuleType] = {
     "bert": bert,
@@ -36,6 +36,7 @@ VARIANTS: dict[str, ModuleType] = {
     "unilm": unilm,
     "distilbert": distilbert,
     "t5": t5,
+    "mass": mass,
 }
 
 

@@ -99,9 +99,12 @@ DEFAULTS: dict[str, Any] = {
 PAD_ID = 0
 
 # The model is the same for every T5 pretraining objective; the name picks the data recipe
-# (`bertzoo.data.seq2seq_collate.OBJECTIVES`).
+# (`bertzoo.data.seq2seq_collate.OBJECTIVES`), and objective_args are that collator's arguments.
 OBJECTIVES = ("span_corruption", "prefix_lm", "deshuffle", "iid_mask")
 DEFAULT_OBJECTIVE = "span_corruption"
+# T5's vocabulary ends in 100 sentinels; a run appends them to the shards' tokenizer (`run_tokenizer`).
+NUM_SENTINELS = 100
+INPUT_FORMATS = ("full_sentences", "doc_sentences")  # the first is the default
 
 
 def model_config(spec: dict[str, Any]) -> ModelConfig:
@@ -141,11 +144,10 @@ def init_t5_weights(model: nn.Module, factor: float) -> None:
 
 
 def build(config: ModelConfig, objective: str = DEFAULT_OBJECTIVE, **args: Any) -> EncoderDecoderLM:
-    """The pretraining module: encoder-decoder + LM head, initialised as T5 is."""
+    """The pretraining module: encoder-decoder + LM head, initialised as T5 is. `args` (objective_args)
+    belong to the objective's data recipe (`collator`), which checks them; the model takes none."""
     if objective not in OBJECTIVES:
         raise ConfigError(f"objective={objective!r} is not available for T5; choose one of: {', '.join(OBJECTIVES)}")
-    if args:
-        raise ConfigError(f"T5 takes no objective_args (got {', '.join(sorted(args))}); remove them")
     if not config.is_encoder_decoder:
         raise ConfigError("a T5 model has a decoder; set model.num_decoder_layers")
     model = EncoderDecoderLM(config)
@@ -153,12 +155,63 @@ def build(config: ModelConfig, objective: str = DEFAULT_OBJECTIVE, **args: Any) 
     return model
 
 
+def num_sentinels(cfg: Any) -> int:
+    """The run's sentinel count: objective_args.num_sentinels (span corruption's), else T5's 100."""
+    n = cfg.objective_args.get("num_sentinels", NUM_SENTINELS)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigError(f"objective_args.num_sentinels must be an integer >= 1, got {n!r}")
+    return n
+
+
+def run_tokenizer(cfg: Any, tokenizer: Any) -> Any:
+    """The shards' tokenizer with T5's sentinels `<extra_id_{n-1}>` .. `<extra_id_0>` appended, so
+    `<extra_id_0>` is the last id (T5's layout), whatever the objective: one vocabulary for every T5
+    objective and for fine-tuning. The run saves this tokenizer with the model."""
+    from bertzoo.data.seq2seq_collate import SENTINEL_TOKEN
+
+    n = num_sentinels(cfg)
+    return tokenizer.with_special_tokens([SENTINEL_TOKEN.format(i) for i in reversed(range(n))])
+
+
+def model_defaults(tokenizer: Any) -> dict[str, Any]:
+    """No padding row in the word table (the pad id is the decoder's start token, which must learn)."""
+    return {"pad_token_id": None, "decoder_start_token_id": tokenizer.pad_id}
+
+
+def end_token_id(tokenizer: Any) -> int:
+    """The token that ends every T5 input and target: `</s>` where the vocabulary has it (T5's own
+    SentencePiece vocabularies), else [SEP] (a BERT WordPiece vocabulary)."""
+    from bertzoo.data.seq2seq_collate import EOS_TOKEN
+
+    eos = tokenizer.token_to_id(EOS_TOKEN)
+    return tokenizer.sep_id if eos is None else eos
+
+
+def examples(cfg: Any, corpus: Any, tokenizer: Any, *, world_size: int = 1) -> Any:
+    """Packed blocks of running text up to data.max_seq_len tokens (GPT's `full_sentences` recipe by
+    default, or `doc_sentences`): T5 packs C4 text into fixed-length examples before noising them."""
+    from bertzoo.data.examples import one_of_formats
+
+    return one_of_formats(cfg, corpus, tokenizer, INPUT_FORMATS, "T5")
+
+
 def collator(cfg: Any, tokenizer: Any) -> Any:
-    """Refused until T5's data recipe is wired: without this hook `bertzoo pretrain` would feed it BERT's
-    masked-LM batches (the collators themselves are `bertzoo.data.seq2seq_collate`)."""
-    raise ConfigError(
-        "pretraining T5 with `bertzoo pretrain` is not wired to its seq2seq data recipe yet; build batches with "
-        "bertzoo.data.seq2seq_collate and train EncoderDecoderLM directly"
+    """The objective's noise (`bertzoo.data.seq2seq_collate`) with objective_args as its arguments; the
+    blocks' [CLS]/[SEP] are dropped and each input and target ends with `end_token_id`."""
+    from bertzoo.data.seq2seq_collate import seq2seq_collator
+
+    objective = cfg.objective or DEFAULT_OBJECTIVE
+    args = dict(cfg.objective_args)
+    if objective != "span_corruption":
+        args.pop("num_sentinels", None)  # the vocabulary keeps them (run_tokenizer); only this noise uses them
+    return seq2seq_collator(
+        objective,
+        tokenizer,
+        cfg.train.seed,
+        eos_id=end_token_id(tokenizer),
+        decoder_start_token_id=tokenizer.pad_id,
+        pad_to_multiple_of=cfg.data.pad_to_multiple_of,
+        **args,
     )
 
 
