@@ -1,21 +1,26 @@
-"""Does pretraining help generation? GPT-mini and UniLM-mini, pretrained by bertzoo on built-in Wikipedia,
-fine-tuned on `builtin:wiki-titles` (a lead section -> its article's title) against the same architecture
-from random init, with one recipe and several seeds.
+"""Does pretraining help generation? GPT-mini, UniLM-mini, T5-mini and MASS-mini, pretrained by bertzoo on
+built-in Wikipedia, fine-tuned on `builtin:wiki-titles` (a lead section -> its article's title) against the
+same architecture from random init, with one recipe and several seeds.
 
 Steps (each command is printed, as a user would type it):
 
 1. an 8k WordPiece vocabulary and shards of `builtin:wiki-en` (train articles only: the dev and test
    articles of wiki-titles are never seen in pretraining) and of its dev split (held-out curves);
 2. per family, pretraining for a wall-clock budget (`--minutes`): `configs/pretrain/gpt-mini.yaml` (causal
-   LM on packed blocks) and `configs/pretrain/unilm-mini.yaml` (masked LM under UniLM's four masks);
+   LM on packed blocks), `configs/pretrain/unilm-mini.yaml` (masked LM under UniLM's four masks),
+   `configs/pretrain/t5-mini.yaml` (span corruption) and `configs/pretrain/mass-mini.yaml` (MASS);
 3. per family and seed, fine-tuning of the pretrained model and of random init
    (`configs/finetune/wiki-titles-{family}.yaml`: GPT with target LM loss + 0.5 x source LM loss, UniLM
-   with 70% of the target masked under the sequence-to-sequence mask), greedy decoding of the dev set,
-   ROUGE-L / BLEU / exact match.
+   with 70% of the target masked under the sequence-to-sequence mask, T5 and MASS with the source in the
+   encoder and the title written by the decoder), greedy decoding of the dev set, ROUGE-L / BLEU / exact
+   match.
+
+`--stage pretrain` stops after the pretraining runs (fine-tune later with the same --out).
 
 Prints a table (mean and spread over seeds) and, last, one JSON line.
 
-    python scripts/generation_study.py [--families gpt unilm] [--minutes 10] [--seeds 0 1] [--out runs/gen-study]
+    python scripts/generation_study.py [--families gpt unilm t5 mass] [--minutes 10] [--seeds 0 1]
+                                       [--out runs/gen-study]
 """
 
 from __future__ import annotations
@@ -29,9 +34,10 @@ from pathlib import Path
 from demo import prepare_wiki, run  # scripts/: the demo's steps, the same commands
 
 VOCAB = 8192
-PRETRAIN = {"gpt": "configs/pretrain/gpt-mini.yaml", "unilm": "configs/pretrain/unilm-mini.yaml"}
-FINETUNE = {"gpt": "configs/finetune/wiki-titles-gpt.yaml", "unilm": "configs/finetune/wiki-titles-unilm.yaml"}
-PRESET = {"gpt": ("gpt", "gpt-mini"), "unilm": ("unilm", "unilm-mini")}
+FAMILIES = ("gpt", "unilm", "t5", "mass")
+PRETRAIN = {f: f"configs/pretrain/{f}-mini.yaml" for f in FAMILIES}
+FINETUNE = {f: f"configs/finetune/wiki-titles-{f}.yaml" for f in FAMILIES}
+PRESET = {f: (f, f"{f}-mini") for f in FAMILIES}
 METRICS = ("rougeL", "bleu", "exact_match")
 
 
@@ -83,6 +89,8 @@ def finetune(family: str, model: Path | None, tokenizer: Path, out: Path, seed: 
             f"--model_config.type_vocab_size={arch['type_vocab_size']}",
             f"--tokenizer={tokenizer}",
         ]
+        if arch.get("num_decoder_layers"):  # an encoder-decoder starts decoding where pretraining did
+            source.append(f"--model_config.decoder_start_token_id={arch['decoder_start_token_id']}")
     run(
         [
             "finetune",
@@ -107,7 +115,7 @@ def summarise(values: list[float]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--families", nargs="+", choices=sorted(PRETRAIN), default=["gpt", "unilm"])
+    ap.add_argument("--families", nargs="+", choices=sorted(PRETRAIN), default=["gpt", "unilm", "t5", "mass"])
     ap.add_argument("--minutes", type=float, default=10.0, help="pretraining wall-clock budget per family")
     ap.add_argument("--steps", type=int, default=1500, help="pretraining steps the schedule plans for")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
@@ -115,6 +123,7 @@ def main() -> None:
     ap.add_argument("--ft-examples", type=int, default=4000, help="wiki-titles training examples")
     ap.add_argument("--ft-minutes", type=float, default=4.0, help="time cap of each fine-tuning run")
     ap.add_argument("--out", default="runs/gen-study")
+    ap.add_argument("--stage", choices=["all", "pretrain"], default="all", help="pretrain: stop after pretraining")
     args = ap.parse_args()
     out = Path(args.out)
     started = time.monotonic()
@@ -123,6 +132,8 @@ def main() -> None:
     results: dict[str, dict] = {}
     for family in args.families:
         final = pretrain(family, out, shards, dev, args)
+        if args.stage == "pretrain":
+            continue
         runs: dict[str, list[dict]] = {"pretrained": [], "random": []}
         for seed in args.seeds:
             runs["pretrained"].append(
@@ -131,6 +142,8 @@ def main() -> None:
             runs["random"].append(finetune(family, None, final, out / f"ft-{family}-random-{seed}", seed, args))
         results[family] = runs
 
+    if args.stage == "pretrain":
+        return
     print(f"\nwiki-titles dev, greedy decoding, seeds {args.seeds} (mean ± sd):")
     print(f"{'model':<22}" + "".join(f"{m:>18}" for m in METRICS))
     summary: dict[str, dict] = {}
