@@ -206,6 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     at.add_argument("model", help="model directory (bertzoo, fine-tuned or Hugging Face), builtin:NAME or hf:ID")
     at.add_argument("--text", required=True, help="the text to run the model on")
     at.add_argument("--pair", default=None, help="a second segment: [CLS] text [SEP] pair [SEP]")
+    at.add_argument("--target", default=None, help="an encoder-decoder's (T5's) decoder text; --text is its source")
     at.add_argument("--out", "-o", default=None, help="write the HTML page here (e.g. view.html)")
     at.add_argument("--png", default=None, help="write PNG heat maps: a .png file or a directory (needs matplotlib)")
     at.add_argument("--layer", type=non_negative_int, default=None, help="layer (from 0): one heat map with --head")
@@ -494,7 +495,7 @@ def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
 def cmd_attention(args: argparse.Namespace) -> int:
     from bertzoo.data.tokenizer import Tokenizer
     from bertzoo.io import write_atomic
-    from bertzoo.loading import load_encoder, resolve
+    from bertzoo.loading import load, load_encoder, read_config, resolve
     from bertzoo.train.devices import resolve_device
     from bertzoo.visualize import attention_groups, render_html, render_png, require_matplotlib
 
@@ -503,16 +504,22 @@ def cmd_attention(args: argparse.Namespace) -> int:
     if args.png:
         require_matplotlib()  # a missing matplotlib is reported before the model loads
     directory = resolve(args.model)
-    encoder = load_encoder(directory).to(resolve_device(args.device))
+    # An encoder-decoder loads whole (its decoder has attention too); anything else as its encoder.
+    model = load(directory)[1] if read_config(directory)[1].is_encoder_decoder else load_encoder(directory)
+    model = model.to(resolve_device(args.device))
     tokenizer = Tokenizer.load(directory)
-    groups = attention_groups(encoder, tokenizer, args.text, args.pair)
+    groups = attention_groups(model, tokenizer, args.text, args.pair, target=args.target)
     if args.out:
-        page = render_html(groups, title=args.model, text=args.text, pair=args.pair, layer=args.layer, head=args.head)
+        texts = {"text": args.text, "pair": args.pair, "target": args.target}
+        page = render_html(groups, title=args.model, layer=args.layer, head=args.head, **texts)
         write_atomic(args.out, page)
         print(f"attention page -> {args.out}", file=sys.stderr)
     if args.png:
-        path = render_png(groups, args.png, layer=args.layer, head=args.head)
-        print(f"heat map{'' if args.layer is not None else 's'} -> {path}", file=sys.stderr)
+        # A directory gets every group's maps (an encoder-decoder has three); a .png file the first group's.
+        many = not args.png.lower().endswith(".png")
+        for index in range(len(groups)) if many else [0]:
+            path = render_png(groups, args.png, group=index, layer=args.layer, head=args.head)
+            print(f"heat map{'' if args.layer is not None else 's'} -> {path}", file=sys.stderr)
     return 0
 
 

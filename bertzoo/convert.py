@@ -72,7 +72,11 @@ def export_hf(module: nn.Module, directory: str | Path) -> Path:
     the model's family (RobertaModel, AlbertForPreTraining, ...)."""
     from bertzoo.variants import get_variant
 
-    if hasattr(module, "head_config") and hasattr(module, "encoder"):
+    # A fine-tuned text-to-text model is its encoder-decoder LM (T5ForConditionalGeneration).
+    lm = getattr(module, "lm", None)
+    if hasattr(module, "head_config") and isinstance(getattr(lm, "config", None), ModelConfig):
+        module = lm
+    elif hasattr(module, "head_config") and hasattr(module, "encoder"):
         return export_finetuned_hf(module, directory)
     config = getattr(module, "config", None)
     if not isinstance(config, ModelConfig):

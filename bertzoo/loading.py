@@ -173,6 +173,23 @@ def load_pretraining(path: str | Path) -> nn.Module:
     return model
 
 
+def load_encoder_decoder(path: str | Path) -> EncoderDecoderLM:
+    """The whole encoder-decoder (encoder, decoder and LM head) of a bertzoo or Hugging Face checkpoint:
+    a T5 or MASS pretraining run, a T5ForConditionalGeneration directory, or a model fine-tuned on
+    seq2seq (its weights use the LM's names). CheckpointError for a directory without a decoder (a
+    T5EncoderModel, or an encoder-decoder's encoder fine-tuned on another task)."""
+    directory = resolve(path)
+    _, config, state, _ = read_checkpoint(directory)
+    if not config.is_encoder_decoder or not any(k.startswith("decoder.") for k in state):
+        raise CheckpointError(
+            f"{directory} holds no decoder weights (only an encoder); generating with an encoder-decoder needs the "
+            "whole model: a T5 pretraining run or a T5ForConditionalGeneration directory"
+        )
+    model = EncoderDecoderLM(config)
+    io.load_into(model, state, source=str(directory))
+    return model
+
+
 def load_finetuned(path: str | Path, overrides: dict[str, Any] | None = None):
     """(task, model, tokenizer) from a fine-tuned model directory (`output_dir/model`, `best/`, `final/`
     or a checkpoint). The model is in eval mode. `overrides` update the saved FinetuneConfig (e.g.
@@ -203,10 +220,15 @@ def load_finetuned(path: str | Path, overrides: dict[str, Any] | None = None):
     tokenizer = Tokenizer.load(directory)
     state = io.read_weights(directory)
     io.check_fits(model_config, state, str(directory))
-    encoder = Encoder(model_config)
-    bottleneck = adapter_size_from_state({k: v for k, v in state.items() if k.startswith("encoder.")})
-    if bottleneck:
-        add_adapters(encoder, bottleneck)
+    encoder: nn.Module
+    if model_config.is_encoder_decoder and any(k.startswith("decoder.") for k in state):
+        # Fine-tuned whole (seq2seq): the task model holds the EncoderDecoderLM's modules under their names.
+        encoder = EncoderDecoderLM(model_config)
+    else:  # an encoder, or an encoder-decoder's encoder read by another task
+        encoder = Encoder(model_config)
+        bottleneck = adapter_size_from_state({k: v for k, v in state.items() if k.startswith("encoder.")})
+        if bottleneck:
+            add_adapters(encoder, bottleneck)
     task = get_task(cfg, tokenizer)
     if hasattr(task, "apply_head_config"):
         task.apply_head_config(head)  # task state the head depends on (e.g. SQuAD 2.0 mode, thresholds)

@@ -5,6 +5,10 @@ Each works on a task model that has an `encoder` attribute (a `bertzoo.model.Enc
 outside the encoder (mix weights, BiLSTM, classifier) counts as the head. Freezing is done with
 `requires_grad`, so parameters can sit in the optimizer from the start: AdamW skips a parameter
 whose gradient is None, and gradual unfreezing only has to flip the flags.
+
+An encoder-decoder (T5, MASS: a model with a `decoder` stack beside its `encoder`) takes layer-wise
+decay over both stacks (`layer_depths`); freezing, adapters and gradual unfreezing, which treat
+everything above one encoder as a head, are refused for it (`apply_techniques`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any
 from torch import nn
 
 from bertzoo.config import TechniqueConfig
+from bertzoo.encdec import Decoder
 from bertzoo.errors import ConfigError
 from bertzoo.nn.adapter import Adapter, add_adapters
 from bertzoo.param_groups import decay_split, is_norm
@@ -27,6 +32,7 @@ __all__ = [
     "freeze_encoder",
     "layer_depths",
     "layerwise_lr_groups",
+    "num_depths",
     "trainable_summary",
 ]
 
@@ -40,19 +46,40 @@ def _encoder(model: nn.Module) -> nn.Module:
     return encoder
 
 
+def _decoder(model: nn.Module) -> Decoder | None:
+    """The decoder stack of an encoder-decoder model (T5, MASS), None for an encoder-only one."""
+    decoder = getattr(model, "decoder", None)
+    return decoder if isinstance(decoder, Decoder) else None
+
+
+def num_depths(model: nn.Module) -> int:
+    """L, the layer depths `layer_depths` counts: the encoder's layers, or the deeper stack of an
+    encoder-decoder."""
+    layers, decoder = _encoder(model).config.num_layers, _decoder(model)
+    return max(layers, decoder.stack.num_layers) if decoder is not None else layers
+
+
 def layer_depths(model: nn.Module) -> dict[int, int]:
     """id(parameter) -> depth: 0 for the embeddings, i + 1 for layer i, L + 1 for everything above
-    (final norm, pooler, head). A parameter shared by several layers takes its lowest layer's depth."""
-    encoder = _encoder(model)
-    num_layers = encoder.config.num_layers
+    (final norm, pooler, head). A parameter shared by several layers takes its lowest layer's depth.
+
+    An encoder-decoder's stacks are counted side by side, each ending at depth L (`num_depths`): layer i
+    of a stack of n sits at L - n + i + 1. Both stacks end next to the output (the encoder's top states
+    feed every decoder layer through cross-attention), and the word table they share, the bottom of both,
+    is depth 0."""
+    encoder, decoder = _encoder(model), _decoder(model)
+    top = num_depths(model)
+    stacks = [encoder.stack] if decoder is None else [encoder.stack, decoder.stack]
     depth: dict[int, int] = {}
     for p in encoder.embeddings.parameters():
         depth.setdefault(id(p), 0)
-    for i, layer in enumerate(encoder.stack.layers):
-        for p in layer.parameters():
-            depth.setdefault(id(p), i + 1)
+    for stack in stacks:
+        below = top - stack.num_layers
+        for i, layer in enumerate(stack.layers):
+            for p in layer.parameters():
+                depth.setdefault(id(p), below + i + 1)
     for p in model.parameters():
-        depth.setdefault(id(p), num_layers + 1)
+        depth.setdefault(id(p), top + 1)
     return depth
 
 
@@ -62,7 +89,8 @@ def layerwise_lr_groups(
     """AdamW parameter groups with layer-wise learning-rate decay (Howard & Ruder 2018; Sun et al. 2019).
 
     With L layers, layer i gets `base_lr * decay**(L - 1 - i)`, the embeddings `base_lr * decay**L`,
-    and the top layer, pooler and head `base_lr`. Each depth is split into a decayed group and a
+    and the top layer, pooler and head `base_lr`; each stack of an encoder-decoder decays from its own
+    top layer (`layer_depths`). Each depth is split into a decayed group and a
     no-decay group (biases, LayerNorm and other 1-D parameters) by `bertzoo.param_groups.decay_split`,
     the rule `bertzoo.train.optim.param_groups` uses too. Shared parameters appear once.
     `include_frozen` keeps parameters with requires_grad=False (for gradual unfreezing, which turns
@@ -72,8 +100,7 @@ def layerwise_lr_groups(
         raise ConfigError(f"technique.layer_lr_decay must be in (0, 1], got {decay}")
     if base_lr <= 0:
         raise ConfigError(f"train.lr must be positive, got {base_lr}")
-    encoder = _encoder(model)
-    num_layers = encoder.config.num_layers
+    num_layers = num_depths(model)
     depth = layer_depths(model)
     # (exponent, decayed?) -> group; exponent = how many times `decay` applies.
     groups: dict[tuple[int, bool], dict[str, Any]] = {}
@@ -131,7 +158,7 @@ class GradualUnfreezing:
     def __init__(self, model: nn.Module) -> None:
         self.model = model
         self.encoder = _encoder(model)
-        self.num_layers = self.encoder.config.num_layers
+        self.num_layers = num_depths(model)
         depth = layer_depths(model)
         params = {id(p): p for p in model.parameters()}
         self._by_depth: dict[int, list[nn.Parameter]] = {}
@@ -188,10 +215,33 @@ def check_techniques(cfg: TechniqueConfig) -> None:
         )
 
 
+# Why each technique that splits a model into "encoder" and "head" does not fit an encoder-decoder.
+_ENCODER_DECODER_REFUSALS = {
+    "freeze_encoder": "would freeze the encoder with the word table that the decoder and a tied LM head read",
+    "adapter_size": "adds adapters to the encoder only, and freezes the decoder with it",
+    "gradual_unfreezing": "unfreezes one encoder from the top and treats the decoder as a head",
+}
+
+
+def _refuse_for_encoder_decoder(cfg: TechniqueConfig) -> None:
+    for name, on in (
+        ("freeze_encoder", cfg.freeze_encoder),
+        ("adapter_size", cfg.adapter_size > 0),
+        ("gradual_unfreezing", cfg.gradual_unfreezing),
+    ):
+        if on:
+            raise ConfigError(
+                f"technique.{name} is not available for an encoder-decoder (T5, MASS): it "
+                f"{_ENCODER_DECODER_REFUSALS[name]}; remove it (technique.layer_lr_decay works on both stacks)"
+            )
+
+
 def apply_techniques(model: nn.Module, cfg: TechniqueConfig) -> dict[str, Any]:
     """Freeze / add adapters as configured (after the task built its head). Returns what was done,
     including the `GradualUnfreezing` callback under "gradual_unfreezing" when enabled."""
     check_techniques(cfg)
+    if _decoder(model) is not None:
+        _refuse_for_encoder_decoder(cfg)
     done: dict[str, Any] = {}
     if cfg.freeze_encoder:
         freeze_encoder(model)

@@ -4,15 +4,15 @@ The data model is a list of named **attention groups**. A group is one kind of a
 its query tokens, its key tokens, and a (layers, heads, queries, keys) array of probabilities (each
 row sums to 1). An encoder has one group ("self-attention", bidirectional), a decoder-only model (GPT)
 one causal group (lower-triangular); the page and the PNGs draw any list of groups, so an
-encoder-decoder adds "encoder", "decoder" and "cross" groups and XLNet its two streams without
-touching the drawing code.
+encoder-decoder has "encoder", "decoder" and "cross" groups (and XLNet could add its two streams)
+without touching the drawing code.
 
 How a model becomes groups: `BUILDERS` is the one explicit table of builders, tried in order; each
-takes `(model, tokenizer, text, pair)` and returns the groups, or None when the model is not its kind.
-An encoder-decoder model (T5) plugs in by replacing the `_encoder_decoder_groups` stub below: encode
-`text` as the source and `pair` as the target (the decoder's input), run the model with its attention
-probabilities, and return three groups: `encoder` (bidirectional, source x source), `decoder`
-(causal, target x target) and `cross` (kind "cross": target tokens as queries, source tokens as keys).
+takes `(model, tokenizer, text, pair, target)` and returns the groups, or None when the model is not its
+kind. An encoder reads `[CLS] text [SEP] (pair [SEP])` and gives one group. An encoder-decoder (T5)
+reads `text` as the source and `target` on the decoder side (shifted right after its start token) and
+gives three: `encoder` (bidirectional, source x source), `decoder` (causal, target x target) and
+`cross` (target tokens as queries, source tokens as keys).
 
 Python API: `attention_groups`, `attention_html`, `attention_png`; `render_html` / `render_png` draw
 groups already computed (the CLI computes them once for both). `bertzoo attention` is the command.
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertzoo.config import ModelConfig
+from bertzoo.data.seq2seq_collate import end_token_id
+from bertzoo.encdec import EncoderDecoder
 from bertzoo.errors import ConfigError, DataError
 from bertzoo.model import Encoder
 
@@ -39,6 +43,7 @@ __all__ = [
     "attention_groups",
     "attention_html",
     "attention_png",
+    "find_encoder_decoder",
     "render_html",
     "render_png",
     "require_matplotlib",
@@ -49,6 +54,9 @@ KINDS = ("bidirectional", "causal", "cross")
 DECIMALS = 4
 # The head view draws no line for a weight below this (it would be invisible: opacity = weight).
 MIN_LINE = 0.001
+# How the decoder's first input (its start token, T5's pad id) is labelled: the pad token's name would
+# read as padding.
+START_LABEL = "<start>"
 PLOT_HINT = "PNG output needs matplotlib; install it with pip install 'bertzoo[plot]'"
 
 
@@ -131,62 +139,156 @@ def _checked_text(text: str, what: str) -> str:
     return text
 
 
-def _encoder_groups(model: nn.Module, tokenizer, text: str, pair: str | None) -> list[AttentionGroup] | None:
+def _check_length(ids: list[int], encoder: Encoder, what: str) -> None:
+    limit = encoder.embeddings.max_position  # effectively unlimited without a position table (T5)
+    if len(ids) > limit:
+        raise DataError(
+            f"the {what} is {len(ids)} tokens long with its special tokens; this model accepts at most {limit}; "
+            "shorten it"
+        )
+
+
+def _stacked(attentions: tuple[torch.Tensor, ...] | None, model: nn.Module) -> np.ndarray:
+    """(layers, heads, queries, keys) of the first (only) row, from one tensor per layer."""
+    if not attentions or any(a is None for a in attentions):
+        raise ConfigError(f"this {type(model).__name__} returned no attention probabilities; it has no attention view")
+    return torch.stack([a[0].float() for a in attentions]).cpu().numpy()
+
+
+def _in_eval_mode(module: nn.Module, run: Callable[[], Any]) -> Any:
+    """`run()` with `module` in eval mode (no dropout on the weights) and without autograd; the caller's
+    mode is restored."""
+    was_training = module.training
+    module.eval()
+    try:
+        with torch.inference_mode():
+            return run()
+    finally:
+        module.train(was_training)
+
+
+def _encoder_groups(
+    model: nn.Module, tokenizer, text: str, pair: str | None, target: str | None
+) -> list[AttentionGroup] | None:
     """One group for an encoder: "self-attention", bidirectional, or causal for a decoder-only model (GPT).
     The input is what the model reads in fine-tuning: [CLS] text [SEP] (pair [SEP])."""
     encoder = find_encoder(model)
+    if target is not None:
+        raise ConfigError(
+            f"a target text (--target) is for encoder-decoder models (T5); this {type(model).__name__} reads one "
+            "sequence: drop --target (a second segment is --pair)"
+        )
     encoded = tokenizer.encode(text, pair)
     ids = list(encoded.ids)
-    limit = encoder.embeddings.max_position
-    if len(ids) > limit:
-        raise DataError(
-            f"the text is {len(ids)} tokens long with its special tokens; this model accepts at most {limit}; "
-            "shorten it"
-        )
+    _check_length(ids, encoder, "text")
     device = next(encoder.parameters()).device
     input_ids = torch.tensor([ids], device=device)
     type_ids = None
     if encoder.config.type_vocab_size > 1:
         type_ids = torch.tensor([encoded.type_ids], device=device)
-    was_training = encoder.training
-    encoder.eval()
-    try:
-        with torch.inference_mode():
-            out = encoder(input_ids, token_type_ids=type_ids, output_attentions=True, pool=False)
-    finally:
-        encoder.train(was_training)
-    if not out.attentions or any(a is None for a in out.attentions):
-        raise ConfigError(f"this {type(model).__name__} returned no attention probabilities; it has no attention view")
-    weights = torch.stack([a[0].float() for a in out.attentions]).cpu().numpy()  # (layers, heads, seq, seq)
+    out = _in_eval_mode(
+        encoder, lambda: encoder(input_ids, token_type_ids=type_ids, output_attentions=True, pool=False)
+    )
+    weights = _stacked(out.attentions, model)  # (layers, heads, seq, seq)
     tokens = [display_token(tokenizer, i) for i in ids]
     kind = "causal" if encoder.config.causal else "bidirectional"
     return [AttentionGroup("self-attention", kind, tokens, tokens, weights)]
 
 
-def _encoder_decoder_groups(model: nn.Module, tokenizer, text: str, pair: str | None) -> list[AttentionGroup] | None:
-    """The hook for encoder-decoder models (T5): not built yet. A model with a `decoder` is refused here
-    with one line instead of being read as an encoder; see the module docstring for the groups to return."""
-    if getattr(model, "decoder", None) is None:
+def find_encoder_decoder(model: nn.Module) -> EncoderDecoder | None:
+    """The bertzoo `EncoderDecoder` of a model: the model itself (T5's `EncoderDecoderLM`), or one it holds
+    as a submodule or a plain attribute (a fine-tuned seq2seq task model keeps its LM outside its module
+    tree, beside the LM's own modules); None for a model without a decoder. Any other model with a
+    `.decoder` module is refused: showing its encoder alone would hide half of it."""
+    if isinstance(model, EncoderDecoder):
+        return model
+    if not isinstance(model, nn.Module):
         return None
-    raise ConfigError(
-        f"attention views of encoder-decoder models ({type(model).__name__}) are not built yet; "
-        "look at its encoder instead (pass model.encoder)"
+    for held in (*model.children(), *vars(model).values()):
+        if isinstance(held, EncoderDecoder):
+            return held
+    if isinstance(getattr(model, "decoder", None), nn.Module):
+        raise ConfigError(
+            f"a {type(model).__name__} has a decoder that is not a bertzoo EncoderDecoder; bertzoo reads the "
+            "attention of its own encoder-decoders (T5) only: look at its encoder instead (pass model.encoder)"
+        )
+    return None
+
+
+def _end_token_ids(config: ModelConfig, tokenizer) -> list[int]:
+    """The token a T5 source and target end with in training (`end_token_id`); MASS pretraining appends
+    nothing."""
+    return [end_token_id(tokenizer)] if config.variant == "t5" else []
+
+
+def _encoder_decoder_groups(
+    model: nn.Module, tokenizer, text: str, pair: str | None, target: str | None
+) -> list[AttentionGroup] | None:
+    """Three groups for an encoder-decoder (T5): `encoder` over the source (`text` and the end token),
+    `decoder` (causal) over the decoder's input and `cross` from the decoder's input to the source. The
+    decoder's input is what teacher forcing feeds it: the target (`target` and the end token) shifted
+    right after `config.decoder_start_token_id`, i.e. the start token then the target's text tokens;
+    each of its rows is the position that predicts the next target token."""
+    encdec = find_encoder_decoder(model)
+    if encdec is None:
+        return None
+    name = type(model).__name__
+    if pair is not None:
+        raise ConfigError(
+            f"an encoder-decoder ({name}) reads one source text: give the decoder's text as the target "
+            "(--target), not as a pair (--pair)"
+        )
+    if target is None:
+        raise ConfigError(
+            f"an encoder-decoder ({name}) needs a target text for its decoder: add --target TEXT (target= in Python)"
+        )
+    config = encdec.config
+    if config.decoder_start_token_id is None:
+        raise ConfigError(f"this {name} has no decoder_start_token_id in its config; its decoder cannot start")
+    end = _end_token_ids(encdec.config, tokenizer)
+    source = [*tokenizer.encode_batch([text])[0], *end]
+    # shift_right(target + end): the start token, then every target token but the last (the end token).
+    decoder_ids = [config.decoder_start_token_id, *tokenizer.encode_batch([target])[0]]
+    _check_length(source, encdec.encoder, "text")
+    _check_length(decoder_ids, encdec.encoder, "target text")
+    device = next(encdec.parameters()).device
+    out = _in_eval_mode(
+        encdec,
+        lambda: EncoderDecoder.seq2seq(  # the bare encoder-decoder: no LM head to run
+            encdec,
+            torch.tensor([source], device=device),
+            decoder_input_ids=torch.tensor([decoder_ids], device=device),
+            output_attentions=True,
+        ),
     )
+    src = [display_token(tokenizer, i) for i in source]
+    tgt = [START_LABEL] + [display_token(tokenizer, i) for i in decoder_ids[1:]]
+    return [
+        AttentionGroup("encoder", "bidirectional", src, src, _stacked(out.encoder_attentions, model)),
+        AttentionGroup("decoder", "causal", tgt, tgt, _stacked(out.decoder_attentions, model)),
+        AttentionGroup("cross", "cross", tgt, src, _stacked(out.cross_attentions, model)),
+    ]
 
 
-# Tried in order; the first builder that returns groups wins (an explicit table, no registration).
+# Tried in order; the first builder that returns groups wins (an explicit table, no registration). The
+# encoder-decoder comes first: T5's model also holds an Encoder as .encoder, which the second would read.
 BUILDERS = (_encoder_decoder_groups, _encoder_groups)
 
 
-def attention_groups(model: nn.Module, tokenizer, text: str, pair: str | None = None) -> list[AttentionGroup]:
-    """The attention groups of `model` on `text` (and `pair`, the second segment or, for an
-    encoder-decoder, the target). Empty text, text longer than the model accepts, and models without
-    attention outputs are one-line BertzooErrors."""
+def attention_groups(
+    model: nn.Module, tokenizer, text: str, pair: str | None = None, *, target: str | None = None
+) -> list[AttentionGroup]:
+    """The attention groups of `model` on `text` (and `pair`, an encoder's second segment; an
+    encoder-decoder needs `target`, the decoder's text). Empty text, text longer than the model
+    accepts, a missing or misplaced target and models without attention outputs are one-line
+    BertzooErrors."""
     _checked_text(text, "text")
     if pair is not None:
         _checked_text(pair, "pair text")
+    if target is not None:
+        _checked_text(target, "target text")
     for build in BUILDERS:
-        groups = build(model, tokenizer, text, pair)
+        groups = build(model, tokenizer, text, pair, target)
         if groups is not None:
             return groups
     raise ConfigError(f"a {type(model).__name__} has no attention outputs bertzoo can read")
@@ -221,6 +323,7 @@ def page_data(
     title: str = "",
     text: str = "",
     pair: str | None = None,
+    target: str | None = None,
     group: int | str = 0,
     layer: int | None = None,
     head: int | None = None,
@@ -234,6 +337,7 @@ def page_data(
         "title": title,
         "text": text,
         "pair": pair,
+        "target": target,
         "min_line": MIN_LINE,
         "initial": {"group": index, "layer": layer or 0, "head": head or 0},
         "groups": [g.to_json() for g in groups],
@@ -265,15 +369,18 @@ def attention_html(
     text: str,
     pair: str | None = None,
     *,
+    target: str | None = None,
     title: str = "",
     layer: int | None = None,
     head: int | None = None,
 ) -> str:
-    """An offline HTML page showing `model`'s attention on `text` (and `pair`): a head view (tokens in
+    """An offline HTML page showing `model`'s attention on `text` (and `pair`, or an encoder-decoder's
+    `target`): a head view (tokens in
     two columns linked by lines whose opacity is the weight; layer and head selectable; hovering a token
     shows its links only) and a model view (every layer x head as a small heat map; click to select)."""
-    groups = attention_groups(model, tokenizer, text, pair)
-    return render_html(groups, title=title or type(model).__name__, text=text, pair=pair, layer=layer, head=head)
+    groups = attention_groups(model, tokenizer, text, pair, target=target)
+    title = title or type(model).__name__
+    return render_html(groups, title=title, text=text, pair=pair, target=target, layer=layer, head=head)
 
 
 # --- PNG ----------------------------------------------------------------------------------------------
@@ -300,13 +407,15 @@ def render_png(
 ) -> Path:
     """A PNG heat map of one layer and head (`inches` square, token labels on both axes), or with neither
     a grid of every layer x head (`cell_inches` per map). The image is exactly that size x `dpi` pixels.
-    `path` is a .png file, or a directory to write `layer{L}_head{H}.png` / `all_heads.png` into."""
+    `path` is a .png file, or a directory to write `layer{L}_head{H}.png` / `all_heads.png` into (named
+    `{group}_layer{L}_head{H}.png` / `{group}_all_heads.png` when there are several groups)."""
     Figure = require_matplotlib()
     g = groups[_pick(groups, group)]
     _check_layer_head(g, layer, head)
     path = Path(path)
     if path.suffix.lower() != ".png":
-        path = path / (f"layer{layer}_head{head}.png" if layer is not None else "all_heads.png")
+        prefix = "" if len(groups) == 1 else f"{g.name}_"  # an encoder-decoder's three groups, side by side
+        path = path / (prefix + (f"layer{layer}_head{head}.png" if layer is not None else "all_heads.png"))
     path.parent.mkdir(parents=True, exist_ok=True)
     suffix = "" if len(groups) == 1 else f" ({g.name})"
     if layer is not None:
@@ -345,6 +454,7 @@ def attention_png(
     path: str | Path,
     pair: str | None = None,
     *,
+    target: str | None = None,
     layer: int | None = None,
     head: int | None = None,
     group: int | str = 0,
@@ -353,7 +463,7 @@ def attention_png(
     """A PNG heat map of `model`'s attention on `text`: one layer and head, or every one as a grid
     (`render_png`); needs matplotlib (`pip install 'bertzoo[plot]'`)."""
     require_matplotlib()  # before running the model
-    groups = attention_groups(model, tokenizer, text, pair)
+    groups = attention_groups(model, tokenizer, text, pair, target=target)
     return render_png(groups, path, group=group, layer=layer, head=head, **kwargs)
 
 
@@ -589,6 +699,7 @@ _SCRIPT = r"""
 
   var about = "text: \u201c" + data.text + "\u201d";
   if (data.pair !== null) { about += "  pair: \u201c" + data.pair + "\u201d"; }
+  if (data.target != null) { about += "  target: \u201c" + data.target + "\u201d"; }
   $("about").textContent = about;
   var groups = $("group");
   data.groups.forEach(function (g, i) { groups.appendChild(new Option(g.name, String(i))); });

@@ -191,8 +191,8 @@ def test_a_small_generation_task_is_learned(tok, kind):
 def test_bad_settings(tok):
     with pytest.raises(ConfigError, match="max_target_len"):
         task_for(tok, max_target_len=1)
-    with pytest.raises(ConfigError, match="max_seq_len"):
-        task_for(tok, max_seq_len=8, max_target_len=6)
+    with pytest.raises(ConfigError, match="max_seq_len"):  # one sequence holds both (an encoder-decoder has two)
+        task_for(tok, max_seq_len=8, max_target_len=6).build(tiny_bert(tok.vocab_size))
     task = task_for(tok)
     with pytest.raises(DataError, match="text"):
         task.featurize([{"text": "  ", "target": "x"}], "train")

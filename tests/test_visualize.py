@@ -1,6 +1,7 @@
-"""Attention views without a browser: the groups equal the encoder's attention, the page is self-contained
-and its embedded JSON round-trips, PNGs have the size asked for, and `bertzoo attention` fails in one line.
-The page in a real browser: tests/test_visualize_browser.py."""
+"""Attention views without a browser: the groups equal the encoder's attention (an encoder-decoder's three
+equal transformers' T5), the page is self-contained and its embedded JSON round-trips, PNGs have the size
+asked for, and `bertzoo attention` fails in one line. The page in a real browser:
+tests/test_visualize_browser.py."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from attention_helpers import MAT, TEXT, TOKENS, reference_attention, save_tiny_
 
 from bertzoo.cli import main
 from bertzoo.errors import ConfigError, DataError
+from bertzoo.loading import load_pretraining
 from bertzoo.visualize import (
     AttentionGroup,
     attention_groups,
@@ -126,8 +128,8 @@ def test_the_group_list_holds_other_kinds_of_attention(model, tokenizer) -> None
             super().__init__()
             self.encoder, self.decoder = model, torch.nn.Linear(2, 2)
 
-    with pytest.raises(ConfigError, match="encoder-decoder"):  # the hook refuses until it is built
-        attention_groups(EncoderDecoder(), tokenizer, TEXT)
+    with pytest.raises(ConfigError, match="has a decoder that is not a bertzoo EncoderDecoder"):
+        attention_groups(EncoderDecoder(), tokenizer, TEXT)  # not read as its encoder alone
 
 
 @pytest.mark.parametrize(
@@ -233,3 +235,162 @@ def test_cli_on_a_causal_model_directory(tmp_path) -> None:
     weights = np.array(g["weights"])
     upper = np.triu(np.ones((len(TOKENS), len(TOKENS)), dtype=bool), k=1)
     assert g["kind"] == "causal" and np.all(weights[..., upper] == 0.0) and np.allclose(weights.sum(-1), 1.0, atol=1e-3)
+
+
+# --- encoder-decoders (T5) ---------------------------------------------------------------------------
+
+TARGET = "the dog ran"
+SOURCE_TOKENS = TOKENS[1:]  # T5 reads the text's tokens and its end token ([SEP] in a WordPiece vocabulary)
+DECODER_TOKENS = ["<start>", "the", "dog", "ran"]  # the target shifted right after the start token
+
+
+@pytest.fixture(scope="module")
+def t5(tokenizer, tmp_path_factory):
+    """(directory, transformers model): a tiny random transformers T5 over the tiny vocabulary, saved with the
+    tokenizer. Its weights are moved far from their initial values so the attention is far from uniform."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.T5Config(
+        vocab_size=tokenizer.vocab_size,
+        d_model=16,
+        d_kv=8,
+        d_ff=32,
+        num_layers=2,
+        num_decoder_layers=3,  # a depth of its own: the decoder's groups have 3 layers, the encoder's 2
+        num_heads=2,
+        decoder_start_token_id=0,
+        pad_token_id=0,
+        eos_token_id=tokenizer.sep_id,
+    )
+    config._attn_implementation = "eager"  # attention weights come back only from the eager path
+    torch.manual_seed(0)
+    hf = transformers.T5ForConditionalGeneration(config)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.5)
+    directory = tmp_path_factory.mktemp("t5")
+    hf.save_pretrained(directory)
+    tokenizer.save(directory)
+    return directory, hf.eval()
+
+
+def test_encoder_decoder_groups_equal_transformers(t5, tokenizer) -> None:
+    directory, hf = t5
+    model = load_pretraining(directory).eval()
+    encoder, decoder, cross = attention_groups(model, tokenizer, TEXT, target=TARGET)
+    assert [(g.name, g.kind) for g in (encoder, decoder, cross)] == [
+        ("encoder", "bidirectional"),
+        ("decoder", "causal"),
+        ("cross", "cross"),
+    ]
+    assert encoder.queries == encoder.keys == SOURCE_TOKENS and cross.keys == SOURCE_TOKENS
+    assert decoder.queries == decoder.keys == cross.queries == DECODER_TOKENS
+    assert (encoder.weights.shape, decoder.weights.shape) == ((2, 2, 8, 8), (3, 2, 4, 4))
+    # The same ids into transformers: source + end token, and the start token before the target.
+    source = [*tokenizer.encode_batch([TEXT])[0], tokenizer.sep_id]
+    decoder_ids = [0, *tokenizer.encode_batch([TARGET])[0]]
+    with torch.no_grad():
+        ref = hf(
+            input_ids=torch.tensor([source]),
+            decoder_input_ids=torch.tensor([decoder_ids]),
+            output_attentions=True,
+        )
+    for group, attentions in (
+        (encoder, ref.encoder_attentions),
+        (decoder, ref.decoder_attentions),
+        (cross, ref.cross_attentions),
+    ):
+        expected = torch.stack([a[0] for a in attentions]).numpy()
+        np.testing.assert_allclose(group.weights, expected, atol=1e-5, rtol=0, err_msg=group.name)
+        assert group.weights.max() > 0.6  # far from uniform: an off-by-one in the ids would show
+    model.train()
+    attention_groups(model, tokenizer, TEXT, target=TARGET)
+    assert model.training  # the mode is restored
+
+
+def test_the_decoder_group_is_causal_and_every_row_sums_to_one(t5, tokenizer) -> None:
+    model = load_pretraining(t5[0])
+    encoder, decoder, cross = attention_groups(model, tokenizer, TEXT, target="the cat sat on the mat")
+    upper = np.triu(np.ones(decoder.weights.shape[-2:], dtype=bool), k=1)
+    assert np.all(decoder.weights[..., upper] == 0.0)
+    below = np.tril(np.ones_like(upper), k=-1)
+    assert decoder.weights[..., below].max() > 0.5  # earlier tokens are visible: not a mask of everything
+    for group in (encoder, decoder, cross):
+        np.testing.assert_allclose(group.weights.sum(-1), 1.0, atol=1e-5, err_msg=group.name)
+
+
+def test_a_model_holding_an_encoder_decoder_is_read_through_it(t5, tokenizer) -> None:
+    """A seq2seq task model keeps its LM outside its module tree, beside the LM's encoder and decoder."""
+    lm = load_pretraining(t5[0]).eval()
+
+    class TaskModel(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder, self.decoder = lm.encoder, lm.decoder
+            object.__setattr__(self, "lm", lm)
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = lm
+
+    expected = attention_groups(lm, tokenizer, TEXT, target=TARGET)
+    for holder in (TaskModel(), Wrapper()):
+        groups = attention_groups(holder, tokenizer, TEXT, target=TARGET)
+        assert [g.name for g in groups] == ["encoder", "decoder", "cross"]
+        for got, want in zip(groups, expected, strict=True):
+            np.testing.assert_array_equal(got.weights, want.weights)
+
+
+def test_the_page_draws_an_encoder_decoders_three_groups(t5, tokenizer) -> None:
+    model = load_pretraining(t5[0])
+    data = embedded(attention_html(model, tokenizer, TEXT, target=TARGET))
+    assert [(g["name"], g["kind"]) for g in data["groups"]] == [
+        ("encoder", "bidirectional"),
+        ("decoder", "causal"),
+        ("cross", "cross"),
+    ]
+    assert (data["groups"][2]["queries"], data["groups"][2]["keys"]) == (DECODER_TOKENS, SOURCE_TOKENS)
+    assert [g["layers"] for g in data["groups"]] == [2, 3, 3]
+    assert (data["text"], data["pair"], data["target"]) == (TEXT, None, TARGET)
+
+
+def test_an_encoder_decoder_needs_a_target_and_no_pair(t5, tokenizer) -> None:
+    model = load_pretraining(t5[0])
+    with pytest.raises(ConfigError, match="needs a target text for its decoder: add --target TEXT"):
+        attention_groups(model, tokenizer, TEXT)
+    with pytest.raises(ConfigError, match=re.escape("not as a pair (--pair)")):
+        attention_groups(model, tokenizer, TEXT, pair=TARGET, target=TARGET)
+    with pytest.raises(DataError, match="the target text is empty"):
+        attention_groups(model, tokenizer, TEXT, target=" ")
+
+
+def test_cli_on_an_encoder_decoder_writes_three_groups(t5, tmp_path, capsys) -> None:
+    pytest.importorskip("matplotlib")
+    out, png = tmp_path / "view.html", tmp_path / "png"
+    argv = ["attention", str(t5[0]), "--text", TEXT, "--target", TARGET, "--out", str(out), "--png", str(png)]
+    assert main(argv) == 0
+    data = embedded(out.read_text(encoding="utf-8"))
+    assert [g["name"] for g in data["groups"]] == ["encoder", "decoder", "cross"] and data["target"] == TARGET
+    assert data["groups"][1]["queries"] == DECODER_TOKENS
+    names = sorted(p.name for p in png.iterdir())
+    assert names == ["cross_all_heads.png", "decoder_all_heads.png", "encoder_all_heads.png"]
+    assert png_size(png / "decoder_all_heads.png") == (300, 420)  # (2 heads, 3 layers) x 1.2 in + 0.6 in, 100 dpi
+    assert capsys.readouterr().err.count("heat maps ->") == 3
+
+
+@pytest.mark.parametrize(
+    ("model", "args", "message"),
+    [
+        ("t5", [], "needs a target text for its decoder: add --target TEXT"),
+        ("t5", ["--target", TARGET, "--pair", "the dog"], "not as a pair (--pair)"),
+        ("t5", ["--target", ""], "the target text is empty"),
+        ("encoder", ["--target", TARGET], "a target text (--target) is for encoder-decoder models"),
+    ],
+)
+def test_cli_target_errors_are_one_line_exit_2(t5, model_dir, tmp_path, capsys, model, args, message) -> None:
+    directory = t5[0] if model == "t5" else model_dir
+    assert main(["attention", str(directory), "--text", TEXT, *args, "--out", str(tmp_path / "v.html")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and message in err
+    assert not (tmp_path / "v.html").exists()

@@ -101,6 +101,14 @@ class Seq2SeqExample:
 # ---------------------------------------------------------------------------------------------
 
 
+def end_token_id(tokenizer: Tokenizer) -> int:
+    """The token an encoder-decoder's source and target end with: `</s>` where the vocabulary has it (T5's),
+    else [SEP] (a BERT WordPiece vocabulary). T5 pretraining, text-to-text fine-tuning and the attention
+    view all read it here."""
+    eos = tokenizer.token_to_id(EOS_TOKEN)
+    return tokenizer.sep_id if eos is None else int(eos)
+
+
 def random_segmentation(num_items: int, num_segments: int, generator: np.random.Generator) -> np.ndarray:
     """Lengths (int64, each >= 1, summing to `num_items`) of a uniformly random cut of `num_items` items
     into `num_segments` non-empty segments (T5's `_random_segmentation`)."""

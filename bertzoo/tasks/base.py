@@ -248,6 +248,9 @@ class Task(ABC):
 
     name: str = ""
     default_metric: str = "loss"
+    # True: the task generates with a decoder, so an encoder-decoder (T5) is fine-tuned whole and `build`
+    # receives its `EncoderDecoderLM`; otherwise `build` gets an `Encoder` (an encoder-decoder's encoder).
+    uses_decoder: bool = False
 
     def __init__(self, cfg: FinetuneConfig, tokenizer) -> None:
         self.cfg = cfg

@@ -1,6 +1,14 @@
 """Sequence-to-sequence fine-tuning: a source text mapped to a target text that the model generates.
 
-Every example reads `[CLS] source [SEP] target [SEP]` (segment 0 for the source, 1 for the target);
+An encoder-decoder (T5, MASS) is fine-tuned whole (`Task.uses_decoder`: the runner builds the task on
+its `EncoderDecoderLM`, pretrained encoder, decoder and LM head): the encoder reads `source </s>`, the
+decoder predicts `target </s>` token by token from the source and the target tokens before it (teacher
+forcing: its input is the target shifted right after `decoder_start_token_id`), with the mean
+cross-entropy over the target tokens. The end token is `</s>` where the vocabulary has one (T5's), else
+[SEP], as in T5 pretraining. Source and target are two sequences: `data.max_seq_len` bounds the source
+and `data.max_target_len` the target, each with its end token.
+
+A single stack reads `[CLS] source [SEP] target [SEP]` (segment 0 for the source, 1 for the target);
 the model decides how it learns the target:
 
 * a left-to-right model (GPT, `config.causal`) predicts each target token from the ones before it,
@@ -11,9 +19,15 @@ the model decides how it learns the target:
   tokens replaced by [MASK], each with probability `technique.target_mask_prob` (0.7, UniLM's
   fine-tuning rate), the final [SEP] included, with its masked-LM head.
 
-Evaluation and prediction generate from `[CLS] source [SEP]` with `bertzoo.generation` (the
-`generation` section of the config; greedy by default) until [SEP], and score the decoded text with
-ROUGE, BLEU and exact match (`bertzoo.metrics_generation`).
+Evaluation and prediction generate from the source (`source </s>` into the encoder, or the prompt
+`[CLS] source [SEP]`) with `bertzoo.generation` (the `generation` section of the config; greedy by
+default) until the end token, and score the decoded text with ROUGE, BLEU and exact match
+(`bertzoo.metrics_generation`).
+
+Techniques that read a sentence vector or feature layers do not apply to any of these models and are
+refused, as are `technique.lm_weight` and `technique.target_mask_prob` on an encoder-decoder (it has no
+source LM loss and masks no target tokens; `bertzoo.techniques` refuses what splits it into encoder and
+head).
 """
 
 from __future__ import annotations
@@ -26,11 +40,12 @@ import torch
 from torch import nn
 
 from bertzoo.batch import IGNORE_INDEX, Batch
-from bertzoo.config import FinetuneConfig, GenerationConfig
+from bertzoo.config import FinetuneConfig, GenerationConfig, TechniqueConfig
 from bertzoo.data.rng import uniform
+from bertzoo.data.seq2seq_collate import end_token_id
 from bertzoo.data.unilm_collate import PER_LM_SEGMENT_IDS, PER_LM_TYPE_VOCAB
 from bertzoo.errors import ConfigError, DataError
-from bertzoo.generation import CausalDecoding, Generates, MaskPredictDecoding, generate
+from bertzoo.generation import CausalDecoding, EncoderDecoderDecoding, Generates, MaskPredictDecoding, generate
 from bertzoo.heads import LMHead, MaskedLMHead
 from bertzoo.metrics_generation import generation_metrics
 from bertzoo.model import init_weights
@@ -38,6 +53,7 @@ from bertzoo.nn.masks import seq2seq_mask
 from bertzoo.objectives.base import ObjectiveOutput
 from bertzoo.objectives.clm import causal_lm_loss
 from bertzoo.objectives.mlm import masked_lm_loss
+from bertzoo.objectives.seq2seq_lm import EncoderDecoderLM
 from bertzoo.tasks.base import EvalResult, FeatureDataset, Task, TaskModel
 from bertzoo.tasks.common import (
     attention_from_lengths,
@@ -48,10 +64,24 @@ from bertzoo.tasks.common import (
     pad_2d,
 )
 
-__all__ = ["Seq2SeqModel", "Seq2SeqTask"]
+__all__ = ["EncoderDecoderTaskModel", "Seq2SeqModel", "Seq2SeqTask"]
 
 DEFAULT_METRIC = "rougeL"
 SAMPLES = 20  # decoded examples kept in the evaluation report
+_DEFAULTS = TechniqueConfig()
+# Options of a head that reads a sentence vector or feature layers: no seq2seq model has one.
+_UNREAD = {
+    "feature_layers": _DEFAULTS.feature_layers,
+    "feature_head": _DEFAULTS.feature_head,
+    "pooling": _DEFAULTS.pooling,
+    "pair_orders": _DEFAULTS.pair_orders,
+}
+# Options of the single-stack models (name -> values an encoder-decoder accepts: its default, which it
+# cannot tell from one written out, or off; what the option does).
+_SINGLE_STACK_ONLY = {
+    "lm_weight": ((_DEFAULTS.lm_weight, 0.0), "adds GPT's language-model loss on the source of a left-to-right model"),
+    "target_mask_prob": ((_DEFAULTS.target_mask_prob,), "masks target tokens for a bidirectional encoder (UniLM)"),
+}
 
 
 def segment_ids(type_vocab_size: int) -> tuple[int, int]:
@@ -127,29 +157,86 @@ class Seq2SeqModel(Generates, TaskModel):
         return ObjectiveOutput(loss=loss, metrics=metrics, counts=counts, terms=terms)
 
 
+def _as_target(values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The LM's `lm_loss` / `lm_acc` under the seq2seq task's names, `target_loss` / `target_acc`."""
+    return {("target" + k[2:] if k.startswith("lm_") else k): v for k, v in values.items()}
+
+
+class EncoderDecoderTaskModel(Generates, TaskModel):
+    """An `EncoderDecoderLM` (T5, MASS) as the seq2seq task model: its loss is the LM's cross-entropy over
+    the labelled target tokens (logged as `target_loss` / `target_acc`, as the single-stack models do),
+    and it decodes with `EncoderDecoderDecoding`.
+
+    Its modules are the LM's own under the LM's names (`encoder.`, `decoder.`, `lm_head.`), so a fine-tuned
+    model's weights load as an EncoderDecoderLM too (`bertzoo.loading.load_encoder_decoder`), and
+    `.encoder` is the `Encoder` that techniques and attention views look for."""
+
+    pretrained_head_prefix = None  # the LM head comes with the model
+
+    def __init__(self, lm: EncoderDecoderLM) -> None:
+        # Not TaskModel.__init__: it sets up what a head over an encoder reads (feature layers, pooling,
+        # GPT's auxiliary LM head), none of which exists here.
+        nn.Module.__init__(self)
+        self.encoder = lm.encoder
+        self.decoder = lm.decoder
+        self.lm_head = lm.lm_head
+        self.causal = False
+        self.head_config: dict[str, Any] = {}
+        # The LM itself stays outside the module tree (its parameters are those above, registered once);
+        # its methods run the model.
+        object.__setattr__(self, "lm", lm)
+
+    def train(self, mode: bool = True) -> EncoderDecoderTaskModel:
+        super().train(mode)
+        self.lm.training = mode  # its modules are ours; decoding reads and restores the LM's own flag
+        return self
+
+    def decoding(self) -> EncoderDecoderDecoding:
+        """The model side of `bertzoo.generation.generate` (and of `generate()`, from `Generates`)."""
+        return self.lm.decoding()
+
+    def loss_counts(self, batch: Batch) -> dict[str, int]:
+        """Items the loss averages over (host-side, before the forward): the labelled target tokens."""
+        return {"target": int((batch.labels != IGNORE_INDEX).sum())}
+
+    def forward(self, batch: Batch) -> ObjectiveOutput:
+        if batch.labels is None:
+            return ObjectiveOutput(loss=None)
+        out = self.lm(batch)  # decoder input: the labels shifted right after the start token
+        metrics, counts = _as_target(out.metrics), _as_target(out.counts)
+        return ObjectiveOutput(loss=out.loss, metrics=metrics, counts=counts, terms={"target": out.terms["lm"]})
+
+
 class Seq2SeqTask(Task):
     """Text-to-text generation; see the module doc. Examples are {"text": source, "target": target}
     (files: `data.text_column` and `data.target_column`)."""
 
     name = "seq2seq"
     default_metric = DEFAULT_METRIC
+    uses_decoder = True
 
     def __init__(self, cfg: FinetuneConfig, tokenizer) -> None:
         super().__init__(cfg, tokenizer)
         d, t = cfg.data, cfg.technique
         if d.max_target_len < 2:
             raise ConfigError(f"data.max_target_len must be >= 2 (a token and the stop token), got {d.max_target_len}")
-        if d.max_seq_len < d.max_target_len + 4:
-            raise ConfigError(
-                f"data.max_seq_len={d.max_seq_len} leaves no room for a source beside "
-                f"data.max_target_len={d.max_target_len}; raise max_seq_len or lower max_target_len"
-            )
+        if d.max_seq_len < 2:
+            raise ConfigError(f"data.max_seq_len must be >= 2 (a token and the end token), got {d.max_seq_len}")
         if not 0.0 < t.target_mask_prob <= 1.0:
             raise ConfigError(f"technique.target_mask_prob must be in (0, 1], got {t.target_mask_prob}")
         if t.lm_weight < 0:
             raise ConfigError(f"technique.lm_weight must be >= 0, got {t.lm_weight}")
+        for name, default in _UNREAD.items():
+            if getattr(t, name) != default:
+                raise ConfigError(
+                    f"technique.{name}={getattr(t, name)!r} does not apply to seq2seq (the target is generated "
+                    "token by token, not read from a sentence vector or feature layers); remove it"
+                )
         self.special = tokenizer.special
-        self.causal: bool | None = None  # fixed by build(): how batches are labelled
+        # Fixed by build(): how batches are laid out and labelled, and the token that ends a target.
+        self.causal: bool | None = None
+        self.encoder_decoder = False
+        self.end_id = self.special.sep
 
     # -- data -----------------------------------------------------------------------------------
 
@@ -173,7 +260,12 @@ class Seq2SeqTask(Task):
         return out
 
     def _prompts(self, texts: list[str]) -> list[np.ndarray]:
-        """`[CLS] source [SEP]`, the source cut to what the target leaves of max_seq_len."""
+        """What generation starts from: an encoder-decoder's `source </s>` (the source cut to max_seq_len - 1
+        tokens), else `[CLS] source [SEP]` (the source cut to what the target leaves of max_seq_len)."""
+        if self.encoder_decoder:
+            keep = self.cfg.data.max_seq_len - 1
+            end = self.end_id
+            return [np.asarray([*ids[:keep], end], dtype=np.int64) for ids in self.tokenizer.encode_batch(texts)]
         budget = self.cfg.data.max_seq_len - self.cfg.data.max_target_len - 2
         cls, sep = self.special.cls, self.special.sep
         return [np.asarray([cls, *ids[:budget], sep], dtype=np.int64) for ids in self.tokenizer.encode_batch(texts)]
@@ -189,17 +281,29 @@ class Seq2SeqTask(Task):
         targets = self.tokenizer.encode_batch([str(e["target"]) for e in examples]) if labelled else None
         features = []
         for i, prompt in enumerate(prompts):
+            if self.encoder_decoder:  # two sequences: the source for the encoder, the target for the decoder
+                feature: dict[str, Any] = {"input_ids": prompt, "encoder_decoder": True}
+                if targets is not None:
+                    body = targets[i][: self.cfg.data.max_target_len - 1]
+                    feature["labels"] = np.asarray([*body, self.end_id], dtype=np.int64)
+                features.append(feature)
+                continue
             if targets is not None:
                 body = targets[i][: self.cfg.data.max_target_len - 1]
                 ids = np.concatenate([prompt, np.asarray([*body, self.special.sep], dtype=np.int64)])
             else:
                 ids = prompt
             features.append({"input_ids": ids, "source_len": len(prompt)})
-        return FeatureDataset(features, [len(f["input_ids"]) for f in features], range(len(examples)))
+        lengths = [len(f["input_ids"]) + len(f.get("labels", ())) for f in features]
+        return FeatureDataset(features, lengths, range(len(examples)))
 
     def collate(self, features: list[dict[str, Any]]) -> Batch:
         if self.causal is None:
             raise ConfigError("Seq2SeqTask.collate needs the model first (call build)")
+        if bool(features[0].get("encoder_decoder")) != self.encoder_decoder:
+            raise ConfigError("these seq2seq features were made for another kind of model; featurize after build")
+        if self.encoder_decoder:
+            return self._collate_encoder_decoder(features)
         ids, lengths = pad_2d([f["input_ids"] for f in features], self.tokenizer.pad_id)
         source = torch.tensor([int(f["source_len"]) for f in features])
         width = ids.size(1)
@@ -221,6 +325,17 @@ class Seq2SeqTask(Task):
         batch.extra["attention_pattern"] = seq2seq_mask(source, torch.from_numpy(lengths), width)
         return batch
 
+    def _collate_encoder_decoder(self, features: list[dict[str, Any]]) -> Batch:
+        """The source padded for the encoder; the targets (IGNORE_INDEX after each) as labels, which the
+        model shifts right into the decoder's input. No decoder padding mask is needed: under the causal
+        mask no target token sees the padding after it."""
+        ids, lengths = pad_2d([f["input_ids"] for f in features], self.tokenizer.pad_id)
+        batch = Batch(input_ids=ids, example_index=example_index(features))
+        batch.attention_mask = attention_from_lengths(lengths, ids.size(1))
+        if "labels" in features[0]:
+            batch.labels = pad_2d([f["labels"] for f in features], IGNORE_INDEX)[0]
+        return batch
+
     def _mask_positions(self, features: list[dict[str, Any]], in_target: np.ndarray) -> torch.Tensor:
         """Each target position with probability target_mask_prob, keyed by (seed, epoch, example); at
         least one per example (its lowest draw), so every example teaches something."""
@@ -234,26 +349,50 @@ class Seq2SeqTask(Task):
 
     # -- model ----------------------------------------------------------------------------------
 
-    def build(self, encoder: nn.Module) -> Seq2SeqModel:
-        self.causal = bool(encoder.config.causal)
-        self.segments = segment_ids(encoder.config.type_vocab_size)
-        model = Seq2SeqModel(encoder, self.cfg.technique.lm_weight, self.special.mask)
+    def build(self, encoder: nn.Module) -> Seq2SeqModel | EncoderDecoderTaskModel:
+        """The task model over `encoder`: an `EncoderDecoderLM` (T5, MASS) as it is, with its decoder and
+        LM head; a single stack (GPT, BERT, UniLM) with the matching head (`Seq2SeqModel`)."""
+        d, t = self.cfg.data, self.cfg.technique
+        model: Seq2SeqModel | EncoderDecoderTaskModel
+        if isinstance(encoder, EncoderDecoderLM):
+            for name, (accepted, why) in _SINGLE_STACK_ONLY.items():
+                if getattr(t, name) not in accepted:
+                    raise ConfigError(
+                        f"technique.{name}={getattr(t, name)} {why}; an encoder-decoder's decoder predicts every "
+                        "target token from the source alone: remove it"
+                    )
+            self.causal, self.encoder_decoder = False, True
+            self.end_id = end_token_id(self.tokenizer)
+            model = EncoderDecoderTaskModel(encoder)
+        else:
+            if d.max_seq_len < d.max_target_len + 4:
+                raise ConfigError(
+                    f"data.max_seq_len={d.max_seq_len} leaves no room for a source beside "
+                    f"data.max_target_len={d.max_target_len} (a single-stack model reads both as one sequence); "
+                    "raise max_seq_len or lower max_target_len"
+                )
+            self.causal, self.encoder_decoder = bool(encoder.config.causal), False
+            self.end_id = self.special.sep
+            self.segments = segment_ids(encoder.config.type_vocab_size)
+            model = Seq2SeqModel(encoder, t.lm_weight, self.special.mask)
         model.head_config = self.head_config()
         return model
 
     def generation_config(self) -> GenerationConfig:
-        """The run's generation settings, stopping at [SEP] and padding with the tokenizer's pad."""
+        """The run's generation settings, stopping at the end token ([SEP], or an encoder-decoder's `</s>`)
+        and padding with the tokenizer's pad."""
         g = self.cfg.generation
         return dataclasses.replace(
-            g, eos_token_ids=list(g.eos_token_ids or [self.special.sep]), pad_token_id=self.tokenizer.pad_id
+            g, eos_token_ids=list(g.eos_token_ids or [self.end_id]), pad_token_id=self.tokenizer.pad_id
         )
 
     # -- evaluation and prediction ----------------------------------------------------------------
 
-    def generate_texts(self, model: Seq2SeqModel, texts: list[str]) -> list[str]:
+    def generate_texts(self, model: Seq2SeqModel | EncoderDecoderTaskModel, texts: list[str]) -> list[str]:
         """Decoded targets for source texts, in order (batches of similar length, little padding)."""
         prompts = self._prompts(texts)
         config = self.generation_config()
+        stops = set(config.eos_token_ids)
         device = next(model.parameters()).device
         order = np.argsort([len(p) for p in prompts], kind="stable")
         out: list[str] = [""] * len(prompts)
@@ -265,6 +404,8 @@ class Seq2SeqTask(Task):
             result = generate(model.decoding(), ids.to(device), mask.to(device), config)
             for j, i in enumerate(chunk):
                 tokens = result.sequences[j, : int(result.lengths[j])].tolist()
+                if tokens and tokens[-1] in stops:  # the stop token is not text, special or not (`</s>`)
+                    tokens = tokens[:-1]
                 out[int(i)] = self.tokenizer.decode(tokens)
         return out
 

@@ -33,7 +33,7 @@ from bertzoo.errors import CheckpointError, ConfigError, DataError
 from bertzoo.io import FINETUNE_CONFIG
 from bertzoo.loading import BUILTIN_PREFIX, HUB_PREFIX, load_finetuned
 from bertzoo.loading import resolve as resolve_model_path  # a model spec: path, builtin:NAME or hf:ID
-from bertzoo.tasks import POOLED_TASKS, get_task, mark_sentence_only, resolve_pooling
+from bertzoo.tasks import POOLED_TASKS, TASKS, get_task, mark_sentence_only, resolve_pooling
 from bertzoo.train.evaluation import BEST_DIR
 
 MODEL_DIR = "model"
@@ -56,8 +56,13 @@ def load_tokenizer(cfg: FinetuneConfig):
 
 
 def build_encoder(cfg: FinetuneConfig, tokenizer) -> nn.Module:
-    """The encoder to fine-tune: pretrained weights from `cfg.model`, or random init from `cfg.model_config`."""
-    from bertzoo.loading import load_encoder
+    """The model a task goes on: pretrained weights from `cfg.model`, or random init from `cfg.model_config`.
+
+    A bare `Encoder`, except for a task that generates with a decoder (`Task.uses_decoder`: seq2seq) on an
+    encoder-decoder (T5, MASS): then the whole `EncoderDecoderLM` (encoder, decoder and LM head, every part
+    pretrained, or initialised as the variant's `build` does). Other tasks read an encoder-decoder's
+    encoder alone."""
+    from bertzoo.loading import load_encoder, load_encoder_decoder, read_config
     from bertzoo.variants import get_variant
 
     if bool(cfg.model) == bool(cfg.model_config):
@@ -65,25 +70,43 @@ def build_encoder(cfg: FinetuneConfig, tokenizer) -> nn.Module:
             "set exactly one of `model` (a pretrained directory or builtin:all-minilm-l6-v2) and `model_config` "
             "(random init, e.g. {preset: bert-mini})"
         )
+    uses_decoder = bool(getattr(TASKS.get(cfg.task), "uses_decoder", False))
     if cfg.model:
-        encoder = load_encoder(cfg.model)
+        path = resolve_model_path(cfg.model)  # once: an hf: model is downloaded here
+        _, config, _ = read_config(path)
+        whole = uses_decoder and config.is_encoder_decoder
+        encoder = load_encoder_decoder(path) if whole else load_encoder(path)
     else:
         spec = dict(cfg.model_config)
         variant = get_variant(spec.pop("variant", "bert"))
+        # The fields a pretraining run of the variant would get from this tokenizer (bertzoo.train.pretrain).
+        for key, value in getattr(variant, "model_defaults", lambda t: {})(tokenizer).items():
+            spec.setdefault(key, value)
         spec.setdefault("vocab_size", tokenizer.vocab_size)
         spec.setdefault("pad_token_id", tokenizer.pad_id)
-        encoder = _seeded(cfg.train.seed, lambda: _encoder_from_config(variant.model_config(spec)))
+        config = variant.model_config(spec)
+        whole = uses_decoder and config.is_encoder_decoder
+        if whole:
+            encoder = _seeded(cfg.train.seed, lambda: variant.build(config))
+        else:
+            encoder = _seeded(cfg.train.seed, lambda: _encoder_from_config(config))
     c = encoder.config
     if tokenizer.vocab_size > c.vocab_size:
         raise ConfigError(
             f"the tokenizer has {tokenizer.vocab_size} tokens but the model's embedding table only {c.vocab_size}; "
             "use the tokenizer the model was trained with"
         )
-    if cfg.data.max_seq_len > c.max_position:
-        raise ConfigError(
-            f"data.max_seq_len={cfg.data.max_seq_len} exceeds the model's max_position={c.max_position}; "
-            "lower data.max_seq_len"
-        )
+    # The position table's length (unbounded without one: T5's positions are relative). An encoder-decoder
+    # reads the source and the target as two sequences, each with its own positions.
+    embeddings = (encoder.encoder if whole else encoder).embeddings
+    limits = [("max_seq_len", cfg.data.max_seq_len)]
+    if whole:
+        limits.append(("max_target_len", cfg.data.max_target_len))
+    for name, value in limits:
+        if value > embeddings.max_position:
+            raise ConfigError(
+                f"data.{name}={value} exceeds the model's max_position={embeddings.max_position}; lower data.{name}"
+            )
     return encoder
 
 

@@ -178,15 +178,6 @@ def model_defaults(tokenizer: Any) -> dict[str, Any]:
     return {"pad_token_id": None, "decoder_start_token_id": tokenizer.pad_id}
 
 
-def end_token_id(tokenizer: Any) -> int:
-    """The token that ends every T5 input and target: `</s>` where the vocabulary has it (T5's own
-    SentencePiece vocabularies), else [SEP] (a BERT WordPiece vocabulary)."""
-    from bertzoo.data.seq2seq_collate import EOS_TOKEN
-
-    eos = tokenizer.token_to_id(EOS_TOKEN)
-    return tokenizer.sep_id if eos is None else eos
-
-
 def examples(cfg: Any, corpus: Any, tokenizer: Any, *, world_size: int = 1) -> Any:
     """Packed blocks of running text up to data.max_seq_len tokens (GPT's `full_sentences` recipe by
     default, or `doc_sentences`): T5 packs C4 text into fixed-length examples before noising them."""
@@ -198,7 +189,7 @@ def examples(cfg: Any, corpus: Any, tokenizer: Any, *, world_size: int = 1) -> A
 def collator(cfg: Any, tokenizer: Any) -> Any:
     """The objective's noise (`bertzoo.data.seq2seq_collate`) with objective_args as its arguments; the
     blocks' [CLS]/[SEP] are dropped and each input and target ends with `end_token_id`."""
-    from bertzoo.data.seq2seq_collate import seq2seq_collator
+    from bertzoo.data.seq2seq_collate import end_token_id, seq2seq_collator
 
     objective = cfg.objective or DEFAULT_OBJECTIVE
     args = dict(cfg.objective_args)
