@@ -111,7 +111,7 @@ def test_objective_args_reach_the_noise_and_typos_are_refused(synthetic_shards, 
 
 
 def test_pretraining_learns_resumes_and_saves_a_t5(synthetic_shards, tmp_path):
-    cfg = t5_config(synthetic_shards, tmp_path / "run", max_steps=40, eval_every=40, lr=3e-3)
+    cfg = t5_config(synthetic_shards, tmp_path / "run", max_steps=150, eval_every=150, lr=3e-3)
     cfg.data.eval_shards = str(synthetic_shards)
     cfg.data.eval_batches = 2
     summary = pretrain(cfg)
@@ -120,7 +120,7 @@ def test_pretraining_learns_resumes_and_saves_a_t5(synthetic_shards, tmp_path):
     losses = [r["lm_loss"] for r in rows if "lm_loss" in r]
     assert losses[-1] < losses[0] - 1.0
     evals = [r for r in rows if "eval_lm_loss" in r]
-    assert evals and evals[-1]["eval_lm_loss"] < summary["baseline"]["unigram_mlm_loss"]
+    assert evals and evals[-1]["eval_lm_loss"] < summary["baseline"]["unigram_lm_loss"]
     assert final is not None
 
     from bertzoo.loading import load_pretraining
@@ -132,6 +132,30 @@ def test_pretraining_learns_resumes_and_saves_a_t5(synthetic_shards, tmp_path):
     assert torch.equal(model.state_dict()[key], saved[key])
     tok = Tokenizer.load(tmp_path / "run" / "final")
     assert tok.token_to_id("<extra_id_0>") == model.config.vocab_size - 1
+
+
+def test_the_unigram_baseline_gives_sentinels_and_the_end_token_their_rate(synthetic_shards, tmp_path):
+    """Recomputed here from the shard files and the span-corrupted targets: sentinels and [SEP] (the end
+    token) are predicted in every example though the corpus text never holds them."""
+    from bertzoo.train.pretrain import fixed_eval_batches
+
+    cfg = t5_config(synthetic_shards, tmp_path / "run", max_steps=2, eval_every=2)
+    cfg.data.eval_shards = str(synthetic_shards)
+    cfg.data.eval_batches = 2
+    base = pretrain(cfg)["baseline"]
+    _, _, collator, tokenizer = build_pretraining(cfg)
+    files = sorted(synthetic_shards.glob("shard_*.tokens.npy"))
+    counts = np.bincount(np.concatenate([np.load(f) for f in files]), minlength=tokenizer.vocab_size).astype(float)
+    special = np.concatenate([tokenizer.special_ids, np.arange(tokenizer.vocab_size - 100, tokenizer.vocab_size)])
+    counts[special] = 0
+    batches = fixed_eval_batches(cfg, tokenizer, collator)  # train and held-out shards are the same here
+    targets = np.concatenate([b.labels[b.labels != IGNORE_INDEX].numpy() for b in batches])
+    seen = np.bincount(targets, minlength=tokenizer.vocab_size)
+    assert seen[tokenizer.sep_id] == sum(int(b.labels.size(0)) for b in batches)  # one end token per target
+    counts[special] = seen[special] * counts.sum() / (len(targets) - seen[special].sum())
+    probs = (counts + 1) / (counts.sum() + len(counts))
+    assert base["unigram_lm_loss"] == pytest.approx(float(-np.log(probs[targets]).mean()))
+    assert base["unigram_lm_acc"] == pytest.approx(float((targets == counts.argmax()).mean()))
 
 
 def test_resume_is_exact(synthetic_shards, tmp_path):

@@ -163,11 +163,14 @@ def scored_labels(batches: list[Batch], causal: bool = False) -> np.ndarray:
     return torch.cat([t[t != IGNORE_INDEX] for t in targets]).numpy()
 
 
-def with_predicted_specials(counts: np.ndarray, batches: list[Batch], special_ids: np.ndarray) -> np.ndarray:
-    """`counts` (corpus tokens, specials zeroed) plus the special tokens a causal LM is trained to predict
-    ([SEP] at document and block ends, [UNK]), each at its rate per ordinary target in `batches` of training
-    data: without them the baseline would give a separator add-one probability and look far too weak."""
-    seen = np.bincount(scored_labels(batches, causal=True), minlength=len(counts))
+def with_predicted_specials(
+    counts: np.ndarray, batches: list[Batch], special_ids: np.ndarray, causal: bool = True
+) -> np.ndarray:
+    """`counts` (corpus tokens, specials zeroed) plus the special tokens an LM is trained to predict (a causal
+    LM's [SEP] at document and block ends, [UNK]; T5's sentinels and end token), each at its rate per
+    ordinary target in `batches` of training data: without them the baseline would give them add-one
+    probabilities and look far too weak."""
+    seen = np.bincount(scored_labels(batches, causal=causal), minlength=len(counts))
     ordinary = max(1, int(seen.sum() - seen[special_ids].sum()))
     out = counts.astype(np.float64)
     out[special_ids] = seen[special_ids] * (counts.sum() / ordinary)
@@ -175,20 +178,20 @@ def with_predicted_specials(counts: np.ndarray, batches: list[Batch], special_id
 
 
 def make_mlm_evaluator(
-    batches: list[Batch], train_counts: np.ndarray | None = None, *, causal: bool = False
+    batches: list[Batch], train_counts: np.ndarray | None = None, *, causal: bool = False, name: str = ""
 ) -> tuple[Callable[[torch.nn.Module], dict[str, float]], dict[str, float]]:
     """An eval_fn for the Trainer plus the unigram baseline on the same scored positions (masked ones, or
     for a causal LM every next token: `scored_labels`).
 
     The baseline predicts from training-set token frequencies (add-one smoothed): its accuracy is
     that of always guessing the most frequent token, its loss the unigram cross-entropy, named like the
-    objective's metrics (`unigram_mlm_*`, or `unigram_lm_*` for a causal LM).
+    objective's metrics (`unigram_mlm_*`, or `unigram_lm_*` for a causal LM; `name` overrides).
     """
     baseline: dict[str, float] = {}
     if train_counts is not None:
         labels = scored_labels(batches, causal)
         probs = (train_counts + 1) / (train_counts.sum() + len(train_counts))
-        name = "lm" if causal else "mlm"
+        name = name or ("lm" if causal else "mlm")
         loss = float(-np.log(probs[labels]).mean())
         baseline = {
             f"unigram_{name}_acc": float((labels == int(train_counts.argmax())).mean()),
@@ -220,6 +223,7 @@ def pretrain(cfg: PretrainConfig, resume: str | None = None) -> dict[str, Any]:
     and final held-out metrics when `data.eval_shards` is set)."""
     from bertzoo.data.shards import ShardedCorpus
     from bertzoo.objectives.clm import CausalLM
+    from bertzoo.objectives.seq2seq_lm import EncoderDecoderLM
     from bertzoo.train.loop import Trainer
 
     objective, dataset, collator, tokenizer = build_pretraining(cfg)
@@ -228,10 +232,16 @@ def pretrain(cfg: PretrainConfig, resume: str | None = None) -> dict[str, Any]:
         batches = fixed_eval_batches(cfg, tokenizer, collator)
         counts = unigram_counts(ShardedCorpus(cfg.data.shards), tokenizer.vocab_size, tokenizer.special_ids)
         causal = isinstance(objective, CausalLM)
-        if causal:
+        seq2seq = isinstance(objective, EncoderDecoderLM)
+        if causal or seq2seq:
+            # Both predict tokens that never occur in the corpus text: separators, T5's sentinels and end
+            # token (every id past the shards' vocabulary is one of the run tokenizer's additions).
+            shard_vocab = ShardedCorpus(cfg.data.shards).vocab_size
+            added = np.arange(shard_vocab, tokenizer.vocab_size, dtype=np.int64)
             train_batches = fixed_eval_batches(cfg, tokenizer, collator, shards=cfg.data.shards)
-            counts = with_predicted_specials(counts, train_batches, tokenizer.special_ids)
-        eval_fn, baseline = make_mlm_evaluator(batches, counts, causal=causal)
+            specials = np.concatenate([tokenizer.special_ids, added])
+            counts = with_predicted_specials(counts, train_batches, specials, causal=causal)
+        eval_fn, baseline = make_mlm_evaluator(batches, counts, causal=causal, name="lm" if seq2seq else "")
     trainer = Trainer(
         objective,
         dataset,
