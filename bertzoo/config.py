@@ -318,6 +318,23 @@ Problem = Literal["single_label", "multi_label", "regression"]
 
 
 @dataclass
+class MixtureTaskConfig:
+    """One dataset of a multi-task text-to-text mixture (`data.mixture`; task: seq2seq)."""
+
+    # Names the task in metrics (`<name>_rougeL`, ...) and in `bertzoo predict` inputs ({"task": name}).
+    # Default: the built-in dataset's name, else the train file's stem. Letters, digits, _ . - only.
+    name: str = ""
+    dataset: str = ""  # builtin:NAME (a seq2seq dataset), or the files below
+    train: str = ""
+    dev: str = ""
+    test: str = ""
+    prefix: str = ""  # prepended to every source of this task (T5's "summarize: ")
+    # A fixed mixing weight instead of the examples-proportional rate (set it on every task or on none;
+    # weights are normalised).
+    rate: float | None = None
+
+
+@dataclass
 class TaskDataConfig:
     """Where fine-tuning data comes from and how it is featurized."""
 
@@ -342,6 +359,15 @@ class TaskDataConfig:
     # Train on a fixed random subset of this many examples (learning curves, quick comparisons); the
     # subset depends on the data only, not on train.seed, so runs with different seeds see the same one.
     max_train_examples: int | None = None
+    # seq2seq: text prepended to every source before tokenisation (T5's task prefix, e.g. "summarize: ").
+    source_prefix: str = ""
+    # seq2seq: several datasets fine-tuned as one text-to-text model (T5's multi-task mixing), each with its
+    # own prefix; replaces dataset/train/dev/test. Each epoch draws every task's share by its mixing rate.
+    mixture: list[MixtureTaskConfig] = field(default_factory=list)
+    # T5's examples-proportional mixing: a task's rate is proportional to min(examples, mixture_limit)
+    # (None: no limit) raised to 1 / mixture_temperature (1 = proportional; larger evens the tasks out).
+    mixture_limit: int | None = None
+    mixture_temperature: float = 1.0
 
 
 @dataclass

@@ -56,6 +56,8 @@ class Decoding(Protocol):
 
     encoder: torch.nn.Module  # the module put in eval mode while decoding
     max_positions: int  # the longest prompt + generated sequence the model can hold
+    # Optional `separate_target = True` (an encoder-decoder): the prompt (source) and the generated tokens
+    # have positions of their own, each bounded by max_positions.
 
     def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, new_tokens: int) -> torch.Tensor: ...
 
@@ -203,6 +205,7 @@ class EncoderDecoderDecoding:
         self.head = head
         self.max_positions = model.encoder.embeddings.max_position
         self.offset = config.position_offset
+        self.separate_target = True  # the source and the target each count positions from the start
 
     def _run(self, tokens: torch.Tensor) -> torch.Tensor:
         out = self.model.decode(tokens[:, None], self.context, self.source_mask, cache=self.cache)
@@ -227,10 +230,11 @@ class EncoderDecoderDecoding:
 
 
 def _fit_prompt(
-    input_ids: torch.Tensor, mask: torch.Tensor, room: int, config: GenerationConfig
+    input_ids: torch.Tensor, mask: torch.Tensor, room: int, config: GenerationConfig, *, separate: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Check (or, with truncate_prompt, cut from the left) left-aligned prompts against the room the
-    position table leaves after max_new_tokens."""
+    position table leaves after max_new_tokens (`separate`: an encoder-decoder's source, whose room is
+    the whole table)."""
     longest = int(mask.sum(1).max())
     if longest <= room:
         return input_ids[:, input_ids.size(1) - longest :], mask[:, mask.size(1) - longest :]
@@ -240,6 +244,11 @@ def _fit_prompt(
             "lower max_new_tokens"
         )
     if not config.truncate_prompt:
+        if separate:
+            raise ConfigError(
+                f"a source of {longest} tokens exceeds the encoder's {room} positions; shorten the source, or set "
+                "truncate_prompt to keep its last tokens"
+            )
         raise ConfigError(
             f"a prompt of {longest} tokens plus max_new_tokens={config.max_new_tokens} exceeds the model's "
             f"{room + config.max_new_tokens} positions; shorten the prompt, lower max_new_tokens, or set "
@@ -418,7 +427,18 @@ def generate(
     ids, mask = left_align(input_ids, attention_mask)
     if not bool(mask.any(1).all()):
         raise ConfigError("a prompt has no real tokens (its attention_mask is all zero); give every row a token")
-    ids, mask = _fit_prompt(ids, mask, decoding.max_positions - config.max_new_tokens, config)
+    separate = bool(getattr(decoding, "separate_target", False))
+    if separate:
+        # The decoder holds its start token and all generated tokens but the last, which is not fed back.
+        if config.max_new_tokens > decoding.max_positions:
+            raise ConfigError(
+                f"max_new_tokens={config.max_new_tokens} exceeds the decoder's {decoding.max_positions} positions; "
+                "lower max_new_tokens"
+            )
+        room = decoding.max_positions
+    else:
+        room = decoding.max_positions - config.max_new_tokens
+    ids, mask = _fit_prompt(ids, mask, room, config, separate=separate)
     module = decoding.encoder
     was_training = module.training
     module.eval()

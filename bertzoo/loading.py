@@ -186,8 +186,18 @@ def load_encoder_decoder(path: str | Path) -> EncoderDecoderLM:
             "whole model: a T5 pretraining run or a T5ForConditionalGeneration directory"
         )
     model = EncoderDecoderLM(config)
+    _add_saved_adapters(model, state)
     io.load_into(model, state, source=str(directory))
     return model
+
+
+def _add_saved_adapters(model: EncoderDecoderLM, state: dict[str, torch.Tensor]) -> None:
+    """Adapters into both stacks of an encoder-decoder whose saved weights have them (fine-tuned with
+    technique.adapter_size: `bertzoo.techniques.apply_adapters` puts them in the encoder and the decoder)."""
+    bottleneck = adapter_size_from_state(state)
+    if bottleneck:
+        add_adapters(model.encoder, bottleneck)
+        add_adapters(model.decoder, bottleneck)
 
 
 def load_finetuned(path: str | Path, overrides: dict[str, Any] | None = None):
@@ -224,6 +234,7 @@ def load_finetuned(path: str | Path, overrides: dict[str, Any] | None = None):
     if model_config.is_encoder_decoder and any(k.startswith("decoder.") for k in state):
         # Fine-tuned whole (seq2seq): the task model holds the EncoderDecoderLM's modules under their names.
         encoder = EncoderDecoderLM(model_config)
+        _add_saved_adapters(encoder, state)
     else:  # an encoder, or an encoder-decoder's encoder read by another task
         encoder = Encoder(model_config)
         bottleneck = adapter_size_from_state({k: v for k, v in state.items() if k.startswith("encoder.")})

@@ -6,9 +6,12 @@ outside the encoder (mix weights, BiLSTM, classifier) counts as the head. Freezi
 `requires_grad`, so parameters can sit in the optimizer from the start: AdamW skips a parameter
 whose gradient is None, and gradual unfreezing only has to flip the flags.
 
-An encoder-decoder (T5, MASS: a model with a `decoder` stack beside its `encoder`) takes layer-wise
-decay over both stacks (`layer_depths`); freezing, adapters and gradual unfreezing, which treat
-everything above one encoder as a head, are refused for it (`apply_techniques`).
+An encoder-decoder (T5, MASS: a model with a `decoder` stack beside its `encoder`) is pretrained whole,
+its LM head included, so nothing in it is a new head. Each technique reads it accordingly: layer-wise
+decay runs over both stacks (`layer_depths`); `freeze_encoder` fixes the encoder's function (its layers
+and its embeddings, the word table the decoder and a tied LM head share) and trains the decoder;
+adapters go into both stacks, and only they and the norms train; gradual unfreezing goes down the
+decoder from its top layer, then down the encoder, the shared embeddings last (`unfreezing_stages`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ __all__ = [
     "layerwise_lr_groups",
     "num_depths",
     "trainable_summary",
+    "unfreezing_stages",
 ]
 
 
@@ -128,26 +132,65 @@ def _set_trainable(params: Iterable[nn.Parameter], flag: bool) -> None:
 
 
 def freeze_encoder(model: nn.Module) -> None:
-    """Feature-based use: the encoder's parameters stop training; the head (and layer mix) train."""
+    """Feature-based use: the encoder's parameters stop training; the head (and layer mix) train.
+
+    An encoder-decoder: the encoder with its embeddings, so the source's encoding stays the pretrained
+    one; the word table it shares with the decoder's input (and a tied LM head) stays as pretrained too,
+    and the decoder's layers, final norm and position bias (and an untied LM head) train."""
     _set_trainable(_encoder(model).parameters(), False)
 
 
 def apply_adapters(model: nn.Module, bottleneck: int, *, train_layer_norms: bool = True) -> int:
     """Add bottleneck adapters to the encoder and freeze everything except the adapters, the head
     (everything outside the encoder) and, when `train_layer_norms`, the encoder's LayerNorms (as
-    Houlsby et al. did). Returns the number of adapters added."""
-    encoder = _encoder(model)
+    Houlsby et al. did). Returns the number of adapters added.
+
+    An encoder-decoder gets adapters in the decoder's layers too, in the same two places (after the
+    self-attention and after the feed-forward sublayer), and nothing outside the adapters and norms
+    trains: its LM head is the pretrained one, not a new head. No adapter follows the cross-attention:
+    Houlsby's two per layer, as AdapterHub's default for encoder-decoders; the layer's feed-forward
+    adapter comes after the cross-attention sublayer, so what it reads from the encoder still passes one
+    before the next layer, and the encoder's adapters already adapt what it reads."""
+    encoder, decoder = _encoder(model), _decoder(model)
     added = add_adapters(encoder, bottleneck)
-    _set_trainable(encoder.parameters(), False)
-    for module in encoder.modules():
+    if decoder is not None:
+        added += add_adapters(decoder, bottleneck)
+    frozen = encoder if decoder is None else model
+    _set_trainable(frozen.parameters(), False)
+    for module in frozen.modules():
         if isinstance(module, Adapter) or (train_layer_norms and is_norm(module)):
             _set_trainable(module.parameters(), True)
     return added
 
 
+def unfreezing_stages(model: nn.Module) -> dict[int, int]:
+    """id(parameter) -> the epoch from which gradual unfreezing trains it: 0 for the head (everything
+    outside the layers and the embeddings: pooler, final norms, LM head), k for the k-th layer from the
+    top, the embeddings last. A parameter shared by several layers takes its lowest layer's stage.
+
+    An encoder-decoder's layers count down the decoder first (its top layer, nearest the output, at 1),
+    then down the encoder from its top layer, which feeds every decoder layer through cross-attention;
+    the word table, the bottom of both stacks, comes last."""
+    encoder, decoder = _encoder(model), _decoder(model)
+    stacks = [encoder.stack] if decoder is None else [decoder.stack, encoder.stack]
+    stage: dict[int, int] = {}
+    above = 0  # layers of the stacks before this one
+    for stack in stacks:
+        for i, layer in enumerate(stack.layers):
+            for p in layer.parameters():
+                stage[id(p)] = max(stage.get(id(p), 0), above + stack.num_layers - i)
+        above += stack.num_layers
+    for p in encoder.embeddings.parameters():
+        stage[id(p)] = above + 1
+    for p in model.parameters():
+        stage.setdefault(id(p), 0)
+    return stage
+
+
 class GradualUnfreezing:
     """ULMFiT's gradual unfreezing: epoch 0 trains only the head (with the pooler and any final norm);
-    each later epoch unfreezes the next layer from the top; the embeddings come last, at epoch L + 1.
+    each later epoch unfreezes the next layer from the top; the embeddings come last, at epoch L + 1
+    (an encoder-decoder: down the decoder, then down the encoder; see `unfreezing_stages`).
 
     Pass it to the Trainer as an epoch callback: `cb(trainer, epoch)` is called with the epoch about
     to be trained (also at the start of a resumed run), and the state depends only on that epoch, so
@@ -158,24 +201,17 @@ class GradualUnfreezing:
     def __init__(self, model: nn.Module) -> None:
         self.model = model
         self.encoder = _encoder(model)
-        self.num_layers = num_depths(model)
-        depth = layer_depths(model)
         params = {id(p): p for p in model.parameters()}
-        self._by_depth: dict[int, list[nn.Parameter]] = {}
-        for pid, d in depth.items():
-            self._by_depth.setdefault(d, []).append(params[pid])
+        self._by_stage: dict[int, list[nn.Parameter]] = {}
+        for pid, k in unfreezing_stages(model).items():
+            self._by_stage.setdefault(k, []).append(params[pid])
+        self.num_stages = max(self._by_stage) + 1
         self.epoch = -1
 
-    def trainable_depths(self, epoch: int) -> set[int]:
-        """Depths trained in `epoch` (0 = embeddings, i + 1 = layer i, L + 1 = head)."""
-        top = self.num_layers + 1
-        return {d for d in range(top + 1) if d >= top - max(0, epoch)}
-
     def apply(self, epoch: int) -> None:
-        """Set requires_grad for `epoch`."""
-        live = self.trainable_depths(epoch)
-        for d, params in self._by_depth.items():
-            _set_trainable(params, d in live)
+        """Set requires_grad for `epoch`: the parameters of the stages up to it train."""
+        for k, params in self._by_stage.items():
+            _set_trainable(params, k <= epoch)
         self.epoch = epoch
 
     def __call__(self, trainer: Any, epoch: int) -> None:
@@ -215,33 +251,10 @@ def check_techniques(cfg: TechniqueConfig) -> None:
         )
 
 
-# Why each technique that splits a model into "encoder" and "head" does not fit an encoder-decoder.
-_ENCODER_DECODER_REFUSALS = {
-    "freeze_encoder": "would freeze the encoder with the word table that the decoder and a tied LM head read",
-    "adapter_size": "adds adapters to the encoder only, and freezes the decoder with it",
-    "gradual_unfreezing": "unfreezes one encoder from the top and treats the decoder as a head",
-}
-
-
-def _refuse_for_encoder_decoder(cfg: TechniqueConfig) -> None:
-    for name, on in (
-        ("freeze_encoder", cfg.freeze_encoder),
-        ("adapter_size", cfg.adapter_size > 0),
-        ("gradual_unfreezing", cfg.gradual_unfreezing),
-    ):
-        if on:
-            raise ConfigError(
-                f"technique.{name} is not available for an encoder-decoder (T5, MASS): it "
-                f"{_ENCODER_DECODER_REFUSALS[name]}; remove it (technique.layer_lr_decay works on both stacks)"
-            )
-
-
 def apply_techniques(model: nn.Module, cfg: TechniqueConfig) -> dict[str, Any]:
     """Freeze / add adapters as configured (after the task built its head). Returns what was done,
     including the `GradualUnfreezing` callback under "gradual_unfreezing" when enabled."""
     check_techniques(cfg)
-    if _decoder(model) is not None:
-        _refuse_for_encoder_decoder(cfg)
     done: dict[str, Any] = {}
     if cfg.freeze_encoder:
         freeze_encoder(model)

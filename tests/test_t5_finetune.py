@@ -265,9 +265,6 @@ def test_layer_lr_decay_runs_over_both_stacks(tok):
         ({"target_mask_prob": 0.5}, "technique.target_mask_prob"),
         ({"pooling": "mean"}, "technique.pooling"),
         ({"feature_layers": 2}, "technique.feature_layers"),
-        ({"freeze_encoder": True}, "technique.freeze_encoder"),
-        ({"adapter_size": 8}, "technique.adapter_size"),
-        ({"gradual_unfreezing": True}, "technique.gradual_unfreezing"),
     ],
 )
 def test_options_that_do_not_apply_to_an_encoder_decoder_are_refused(tok, technique, match):

@@ -40,6 +40,11 @@ def get_task(cfg: FinetuneConfig, tokenizer) -> Task:
     if cfg.task not in TASKS:
         available = ", ".join(TASKS) or "none yet"
         raise ConfigError(f"task {cfg.task!r} is not available in this bertzoo; available: {available}")
+    if cfg.task != Seq2SeqTask.name:
+        # Text-to-text options: another task would silently train without them.
+        for key in ("source_prefix", "mixture"):
+            if getattr(cfg.data, key):
+                raise ConfigError(f"data.{key} applies to task: seq2seq (text-to-text) only; remove it")
     return TASKS[cfg.task](cfg, tokenizer)
 
 

@@ -18,6 +18,7 @@ from torch import nn
 
 from bertzoo.batch import IGNORE_INDEX, Batch
 from bertzoo.config import FinetuneConfig, ModelConfig
+from bertzoo.data.mixture import Mixture
 from bertzoo.errors import ConfigError
 from bertzoo.heads import LMHead
 from bertzoo.nn.masks import masked_mean
@@ -71,13 +72,21 @@ class FeatureDataset:
     """Featurized examples in memory: `__getitem__(i)` -> dict of numpy arrays plus `index`/`epoch`.
 
     `lengths` (tokens per feature) lets the sampler bucket by length; `example_ids` maps features
-    back to raw examples (QA windows: many features per example).
+    back to raw examples (QA windows: many features per example). `selection` (a multi-task mixture,
+    `bertzoo.data.mixture.Mixture`) picks the features each training epoch draws; None: all of them.
     """
 
-    def __init__(self, features: list[dict[str, Any]], lengths: Sequence[int], example_ids: Sequence[int]) -> None:
+    def __init__(
+        self,
+        features: list[dict[str, Any]],
+        lengths: Sequence[int],
+        example_ids: Sequence[int],
+        selection: Mixture | None = None,
+    ) -> None:
         self.features = features
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.example_ids = np.asarray(example_ids, dtype=np.int64)
+        self.selection = selection
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:

@@ -24,15 +24,32 @@ Evaluation and prediction generate from the source (`source </s>` into the encod
 default) until the end token, and score the decoded text with ROUGE, BLEU and exact match
 (`bertzoo.metrics_generation`).
 
+Task prefixes and mixtures (T5's text-to-text multi-task setup): `data.source_prefix` is prepended to
+every source before tokenisation (T5's "summarize: "), for every kind of model; `data.mixture` lists
+several datasets, each with its own `prefix`, fine-tuned as one model. Every example then carries its
+task's name (`task`); each training epoch draws every task's share by T5's examples-proportional
+mixing (`bertzoo.data.mixture`: rates by `data.mixture_limit` and `data.mixture_temperature`, or fixed
+`rate`s), and evaluation scores each task apart (`<task>_rougeL`, ...) and reports the mean over the
+tasks under the plain names (`rougeL`: what picks the best model). Both are saved with the model's
+config, so `bertzoo predict` and `bertzoo evaluate` apply the same prefixes (a mixture model's predict
+inputs name their task: {"task": ..., "text": ...}).
+
+A training target that the tokenizer can only write with its unknown token can never be generated
+right. Where the training targets form a label set (classification as text: at most half as many
+distinct targets as examples, per task) such a label is refused, naming it; in free text (titles,
+summaries) the few such targets are counted in a warning.
+
 Techniques that read a sentence vector or feature layers do not apply to any of these models and are
 refused, as are `technique.lm_weight` and `technique.target_mask_prob` on an encoder-decoder (it has no
-source LM loss and masks no target tokens; `bertzoo.techniques` refuses what splits it into encoder and
-head).
+source LM loss and masks no target tokens).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
+import warnings
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,7 +57,9 @@ import torch
 from torch import nn
 
 from bertzoo.batch import IGNORE_INDEX, Batch
-from bertzoo.config import FinetuneConfig, GenerationConfig, TechniqueConfig
+from bertzoo.config import FinetuneConfig, GenerationConfig, MixtureTaskConfig, TaskDataConfig, TechniqueConfig
+from bertzoo.data.corpus import BUILTIN_PREFIX
+from bertzoo.data.mixture import Mixture
 from bertzoo.data.rng import uniform
 from bertzoo.data.seq2seq_collate import end_token_id
 from bertzoo.data.unilm_collate import PER_LM_SEGMENT_IDS, PER_LM_TYPE_VOCAB
@@ -64,10 +83,12 @@ from bertzoo.tasks.common import (
     pad_2d,
 )
 
-__all__ = ["EncoderDecoderTaskModel", "Seq2SeqModel", "Seq2SeqTask"]
+__all__ = ["EncoderDecoderTaskModel", "Seq2SeqModel", "Seq2SeqTask", "mixture_names"]
 
 DEFAULT_METRIC = "rougeL"
-SAMPLES = 20  # decoded examples kept in the evaluation report
+SAMPLES = 20  # decoded examples kept in the evaluation report (per task of a mixture)
+TASK_KEY = "task"  # the field of an example (and of a predict input) that names its mixture task
+_TASK_NAME = re.compile(r"[A-Za-z0-9_.-]+")  # a name goes into metric keys and CSV headers
 _DEFAULTS = TechniqueConfig()
 # Options of a head that reads a sentence vector or feature layers: no seq2seq model has one.
 _UNREAD = {
@@ -82,6 +103,57 @@ _SINGLE_STACK_ONLY = {
     "lm_weight": ((_DEFAULTS.lm_weight, 0.0), "adds GPT's language-model loss on the source of a left-to-right model"),
     "target_mask_prob": ((_DEFAULTS.target_mask_prob,), "masks target tokens for a bidirectional encoder (UniLM)"),
 }
+
+
+def _entry_name(entry: MixtureTaskConfig) -> str:
+    if entry.name:
+        return entry.name
+    if entry.dataset:
+        return entry.dataset.removeprefix(BUILTIN_PREFIX)
+    return Path(entry.train).stem
+
+
+def mixture_names(data: TaskDataConfig) -> list[str]:
+    """The task names of `data.mixture` (empty without one), after checking the mixture: each task one
+    source of data (a built-in dataset or files), a unique name, fixed rates on every task or none, and
+    nothing set that the mixture replaces."""
+    if not data.mixture:
+        return []
+    replaced = [k for k in ("dataset", "train", "dev", "test", "source_prefix") if getattr(data, k)]
+    if replaced:
+        key = replaced[0]
+        what = "each task's prefix (data.mixture[i].prefix)" if key == "source_prefix" else "its tasks' data"
+        raise ConfigError(f"data.{key} and data.mixture are both set; the mixture holds {what}: remove data.{key}")
+    names: list[str] = []
+    for i, entry in enumerate(data.mixture):
+        where = f"data.mixture[{i}]"
+        if bool(entry.dataset) == bool(entry.train):
+            has = "both" if entry.dataset else "neither"
+            raise ConfigError(f"{where} needs one of dataset (builtin:NAME) and train (a file), it has {has}")
+        if entry.dataset and (entry.dev or entry.test):
+            raise ConfigError(f"{where}: the built-in {entry.dataset} has its own dev and test splits; remove dev/test")
+        name = _entry_name(entry)
+        if not _TASK_NAME.fullmatch(name):
+            raise ConfigError(f"{where}: task name {name!r} may hold letters, digits, '_', '.' and '-' only; set name")
+        if name in names:
+            raise ConfigError(f"{where}: task name {name!r} is taken by another task; give each task its own name")
+        names.append(name)
+    fixed = [entry.rate is not None for entry in data.mixture]
+    if any(fixed) and not all(fixed):
+        raise ConfigError("data.mixture: set rate on every task or on none (none: examples-proportional mixing)")
+    if any(entry.rate is not None and entry.rate <= 0 for entry in data.mixture):
+        raise ConfigError("data.mixture: every rate must be > 0")
+    if all(fixed) and (data.mixture_limit is not None or data.mixture_temperature != 1.0):
+        raise ConfigError(
+            "data.mixture_limit and data.mixture_temperature shape examples-proportional rates; with fixed rates "
+            "remove them"
+        )
+    if data.mixture_limit is not None and data.mixture_limit < 1:
+        raise ConfigError(f"data.mixture_limit must be >= 1 or null (no limit), got {data.mixture_limit}")
+    if not data.mixture_temperature > 0:
+        t = data.mixture_temperature
+        raise ConfigError(f"data.mixture_temperature must be > 0 (1 = examples-proportional), got {t}")
+    return names
 
 
 def segment_ids(type_vocab_size: int) -> tuple[int, int]:
@@ -233,6 +305,11 @@ class Seq2SeqTask(Task):
                     "token by token, not read from a sentence vector or feature layers); remove it"
                 )
         self.special = tokenizer.special
+        # A mixture's task names, in config order, and each task's prefix ("" keys the single task).
+        self.task_names = mixture_names(d)
+        self.prefixes = {name: e.prefix for name, e in zip(self.task_names, d.mixture, strict=True)} or {
+            "": d.source_prefix
+        }
         # Fixed by build(): how batches are laid out and labelled, and the token that ends a target.
         self.causal: bool | None = None
         self.encoder_decoder = False
@@ -241,10 +318,22 @@ class Seq2SeqTask(Task):
     # -- data -----------------------------------------------------------------------------------
 
     def load(self, split: str) -> list[dict[str, Any]]:
+        if not self.task_names:
+            return self._load_one(self.cfg.data, split)
+        # A mixture: every task's examples of the split, each tagged with its task's name.
+        out: list[dict[str, Any]] = []
+        for name, entry in zip(self.task_names, self.cfg.data.mixture, strict=True):
+            if entry.dataset or getattr(entry, split):
+                fields = {"dataset": entry.dataset, "train": entry.train, "dev": entry.dev, "test": entry.test}
+                data = dataclasses.replace(self.cfg.data, **fields, mixture=[])
+                out.extend({**ex, TASK_KEY: name} for ex in self._load_one(data, split))
+        if not out:
+            raise ConfigError(f"no task of data.mixture has a {split} split; give a task a {split} file")
+        return out
+
+    def _load_one(self, data: TaskDataConfig, split: str) -> list[dict[str, Any]]:
         # Files: the target column is read where classification reads its label.
-        cfg = dataclasses.replace(
-            self.cfg, data=dataclasses.replace(self.cfg.data, label_column=self.cfg.data.target_column)
-        )
+        cfg = dataclasses.replace(self.cfg, data=dataclasses.replace(data, label_column=data.target_column))
         examples = load_split(cfg, split, "text")
         out = []
         for ex in examples:
@@ -258,6 +347,57 @@ class Seq2SeqTask(Task):
                 "set data.target_column (for unlabelled data use `bertzoo predict`)"
             )
         return out
+
+    def sources(self, examples: list[dict[str, Any]]) -> list[str]:
+        """Each example's source as the model reads it: its task prefix, then its text."""
+        if not self.task_names:
+            return [self.prefixes[""] + e["text"] for e in examples]
+        out = []
+        for e in examples:
+            name = e.get(TASK_KEY)
+            if name not in self.prefixes:
+                where = e.get("source", "an example")
+                raise DataError(
+                    f'{where}: the model was fine-tuned on a mixture of tasks; give the input a "{TASK_KEY}" field '
+                    f"naming one of: {', '.join(self.task_names)} (got {name!r})"
+                )
+            out.append(self.prefixes[name] + e["text"])
+        return out
+
+    def _groups(self, examples: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+        """Example indices by task name ("" for a single task), in the mixture's task order."""
+        if not self.task_names:
+            return {"": np.arange(len(examples))}
+        tasks = np.asarray([e.get(TASK_KEY) for e in examples], dtype=object)
+        groups = {name: np.flatnonzero(tasks == name) for name in self.task_names}
+        return {name: idx for name, idx in groups.items() if len(idx)}
+
+    def _check_targets(self, examples: list[dict[str, Any]], targets: list[list[int]]) -> None:
+        """Training targets the tokenizer writes with its unknown token: refused in a label set (a task
+        with at most half as many distinct targets as examples: classification as text), counted in a
+        warning in free text (a rare symbol in a title is no reason to stop a run)."""
+        unk = self.special.unk
+        if unk is None:
+            return
+        for name, idx in self._groups(examples).items():
+            of_task = f" of task {name!r}" if name else ""
+            bad = [int(i) for i in idx if unk in targets[i]]
+            if not bad:
+                continue
+            labels = {str(examples[i]["target"]) for i in idx}
+            if 2 * len(labels) <= len(idx):
+                label = str(examples[bad[0]]["target"])
+                words = [w for w in label.split() if unk in self.tokenizer.encode_batch([w])[0]] or [label]
+                raise DataError(
+                    f"the training label {label!r}{of_task} has words the tokenizer can only write as its unknown "
+                    f"token ({', '.join(map(repr, words))}: not in its vocabulary), so the model could never generate "
+                    "it; change the label, or use a tokenizer (and a model) whose vocabulary has the word"
+                )
+            warnings.warn(
+                f"{len(bad)} of {len(idx)} training targets{of_task} hold words the tokenizer writes as its unknown "
+                f"token (e.g. {examples[bad[0]]['target']!r}); the model cannot generate those words",
+                stacklevel=3,
+            )
 
     def _prompts(self, texts: list[str]) -> list[np.ndarray]:
         """What generation starts from: an encoder-decoder's `source </s>` (the source cut to max_seq_len - 1
@@ -276,9 +416,11 @@ class Seq2SeqTask(Task):
         for ex in examples:
             if not isinstance(ex.get("text"), str) or not ex["text"].strip():
                 raise DataError(f"{ex.get('source', split)}: needs a non-empty 'text' (the source) string")
-        prompts = self._prompts([e["text"] for e in examples])
+        prompts = self._prompts(self.sources(examples))
         labelled = labels_present(examples, "target", "target text")
         targets = self.tokenizer.encode_batch([str(e["target"]) for e in examples]) if labelled else None
+        if targets is not None and split == "train":
+            self._check_targets(examples, targets)
         features = []
         for i, prompt in enumerate(prompts):
             if self.encoder_decoder:  # two sequences: the source for the encoder, the target for the decoder
@@ -295,7 +437,22 @@ class Seq2SeqTask(Task):
                 ids = prompt
             features.append({"input_ids": ids, "source_len": len(prompt)})
         lengths = [len(f["input_ids"]) + len(f.get("labels", ())) for f in features]
-        return FeatureDataset(features, lengths, range(len(examples)))
+        selection = None
+        if self.task_names and split == "train":  # each epoch draws every task's share by its rate
+            groups = self._groups(examples)
+            d = self.cfg.data
+            fixed = [e.rate for e in d.mixture] if d.mixture[0].rate is not None else None
+            missing = [name for name in self.task_names if name not in groups]
+            if missing:
+                raise DataError(f"mixture task {missing[0]!r} has no training examples; check its data")
+            selection = Mixture.build(
+                list(groups.values()),
+                list(groups),
+                limit=d.mixture_limit,
+                temperature=d.mixture_temperature,
+                rates=fixed,
+            )
+        return FeatureDataset(features, lengths, range(len(examples)), selection)
 
     def collate(self, features: list[dict[str, Any]]) -> Batch:
         if self.causal is None:
@@ -410,18 +567,35 @@ class Seq2SeqTask(Task):
         return out
 
     def evaluate(self, model: nn.Module, examples: list[dict[str, Any]], features: FeatureDataset) -> EvalResult:
+        """ROUGE, BLEU, exact match and the target loss. A mixture: each under `<task>_<metric>` for every
+        task with examples here, and under the plain name their mean over the tasks (every task counts the
+        same, as T5's average over its benchmarks)."""
         if not labels_present(examples, "target", "target text"):
             raise DataError("evaluation needs examples with targets; use predict for unlabelled data")
-        loss = self._mean_loss(model, features)
-        predictions = self.generate_texts(model, [e["text"] for e in examples])
+        predictions = self.generate_texts(model, self.sources(examples))
         gold = [str(e["target"]) for e in examples]
-        metrics = {**generation_metrics(predictions, gold), "loss": loss}
         rows = [{"prediction": p, "gold": g} for p, g in zip(predictions, gold, strict=True)]
-        # A few decoded examples in report.json: generated text is read, not only scored.
-        report = {"samples": rows[:SAMPLES]}
-        return EvalResult(metrics={k: float(v) for k, v in metrics.items()}, predictions=rows, report=report)
+        per_task: dict[str, dict[str, float]] = {}
+        samples: list[dict[str, Any]] = []
+        for name, idx in self._groups(examples).items():
+            scores = generation_metrics([predictions[i] for i in idx], [gold[i] for i in idx])
+            scores["loss"] = self._mean_loss(model, [features[int(i)] for i in idx])
+            per_task[name] = {k: float(v) for k, v in scores.items()}
+            if name:
+                for i in idx:
+                    rows[i][TASK_KEY] = name
+            # A few decoded examples in report.json: generated text is read, not only scored.
+            samples.extend(rows[i] for i in idx[:SAMPLES])
+        if not self.task_names:
+            return EvalResult(metrics=per_task[""], predictions=rows, report={"samples": samples})
+        metrics = {f"{name}_{k}": v for name, scores in per_task.items() for k, v in scores.items()}
+        for key in next(iter(per_task.values())):
+            metrics[key] = float(np.mean([scores[key] for scores in per_task.values()]))
+        counts = {name: {"examples": len(idx)} for name, idx in self._groups(examples).items()}
+        report = {"samples": samples, "tasks": counts}
+        return EvalResult(metrics=metrics, predictions=rows, report=report)
 
-    def _mean_loss(self, model: nn.Module, features: FeatureDataset) -> float:
+    def _mean_loss(self, model: nn.Module, features: FeatureDataset | list[dict[str, Any]]) -> float:
         """The target loss over the features, weighted by target tokens (epoch-0 masks)."""
         device = next(model.parameters()).device
         total = weight = 0.0
@@ -446,4 +620,4 @@ class Seq2SeqTask(Task):
                 raise DataError(f"{e.get('source', 'an example')}: prediction input needs a non-empty 'text' string")
         if not examples:
             return []
-        return [{"prediction": p} for p in self.generate_texts(model, [e["text"] for e in examples])]
+        return [{"prediction": p} for p in self.generate_texts(model, self.sources(examples))]

@@ -99,13 +99,16 @@ def build_encoder(cfg: FinetuneConfig, tokenizer) -> nn.Module:
     # The position table's length (unbounded without one: T5's positions are relative). An encoder-decoder
     # reads the source and the target as two sequences, each with its own positions.
     embeddings = (encoder.encoder if whole else encoder).embeddings
-    limits = [("max_seq_len", cfg.data.max_seq_len)]
+    limits = [("data.max_seq_len", cfg.data.max_seq_len)]
     if whole:
-        limits.append(("max_target_len", cfg.data.max_target_len))
+        # The decoder's positions hold the training target and, in evaluation, the generated one (its start
+        # token first): refused here rather than at the first evaluation, after the training.
+        limits += [("data.max_target_len", cfg.data.max_target_len)]
+        limits += [("generation.max_new_tokens", cfg.generation.max_new_tokens)]
     for name, value in limits:
         if value > embeddings.max_position:
             raise ConfigError(
-                f"data.{name}={value} exceeds the model's max_position={embeddings.max_position}; lower data.{name}"
+                f"{name}={value} exceeds the model's max_position={embeddings.max_position}; lower {name}"
             )
     return encoder
 
@@ -137,8 +140,9 @@ def add_pooler(encoder: nn.Module) -> None:
 
 
 def has_split(cfg: FinetuneConfig, split: str) -> bool:
-    """A built-in dataset has every split; files only those configured."""
-    return bool(cfg.data.dataset) or bool(getattr(cfg.data, split))
+    """A built-in dataset has every split; files only those configured; a mixture the splits of any task."""
+    d = cfg.data
+    return bool(d.dataset) or bool(getattr(d, split)) or any(e.dataset or getattr(e, split) for e in d.mixture)
 
 
 def build_model(task, encoder: nn.Module, cfg: FinetuneConfig) -> nn.Module:
@@ -202,6 +206,7 @@ def finetune(cfg: FinetuneConfig, resume: str | None = None) -> dict[str, Any]:
     from bertzoo.techniques import apply_techniques, layerwise_lr_groups, trainable_summary
     from bertzoo.train.distributed import dist_info, is_main
     from bertzoo.train.loop import Trainer
+    from bertzoo.train.sampler import examples_per_epoch
 
     tokenizer = load_tokenizer(cfg)
     encoder = build_encoder(cfg, tokenizer)
@@ -250,7 +255,8 @@ def finetune(cfg: FinetuneConfig, resume: str | None = None) -> dict[str, Any]:
             # Evaluate once per epoch by default: the unit early stopping and best-model selection count in.
             world = dist_info().world_size
             accum = resolve_batching(train_cfg, world).grad_accum
-            per_epoch = math.ceil(math.ceil(len(datasets["train"]) / (train_cfg.batch_size * world)) / accum)
+            batches = math.ceil(examples_per_epoch(datasets["train"]) / (train_cfg.batch_size * world))
+            per_epoch = math.ceil(batches / accum)
             train_cfg = dataclasses.replace(train_cfg, eval_every=max(1, per_epoch))
     trainer = Trainer(
         model,
@@ -371,6 +377,7 @@ def evaluate_model(
     labelled file (`data`, read like the training data). Returns (EvalResult, FinetuneConfig)."""
     overrides: dict[str, Any] = {}
     if data:
+        _refuse_file_for_mixture(model_dir)
         overrides["data"] = {"dataset": "", "test": str(data)}
         split = "test"
     split = split or "test"
@@ -389,6 +396,19 @@ def evaluate_model(
         raise DataError(f"the {split} data holds no examples")
     result = task.evaluate(model, examples, task.featurize(examples, split))
     return result, task.cfg
+
+
+def _refuse_file_for_mixture(model_dir: str | Path) -> None:
+    """A multi-task model's sources take their task's prefix, which a labelled file does not name."""
+    saved = resolve_model_path(str(model_dir)) / FINETUNE_CONFIG
+    if not saved.is_file():
+        return
+    mixture = (json.loads(saved.read_text(encoding="utf-8")).get("data") or {}).get("mixture") or []
+    if mixture:
+        raise ConfigError(
+            f"{model_dir} was fine-tuned on a mixture of tasks, and a --data file does not say which task's prefix "
+            "its sources take; evaluate the tasks' own splits with --split dev or --split test"
+        )
 
 
 def _read_jsonl(path: Path):

@@ -50,7 +50,7 @@ from bertzoo.train.parallel import Parallel
 from bertzoo.train.progress import ProgressBar, TokenRate, log_line, say
 from bertzoo.train.resume import RESUME_HINT, read_progress, resolve_resume, restore_streams
 from bertzoo.train.rng_state import capture_rng_state
-from bertzoo.train.sampler import LengthBucketSampler, ResumableBatchSampler
+from bertzoo.train.sampler import LengthBucketSampler, ResumableBatchSampler, examples_per_epoch
 from bertzoo.train.signals import stop_on_signals
 from bertzoo.train.step import OptimizerStep, SkipCounter
 from bertzoo.train.weights import check_finite, save_model_files
@@ -124,6 +124,8 @@ class Trainer:
                 f"train.bucket_by_length needs a dataset with per-example lengths, and "
                 f"{type(train_dataset).__name__} has none; set train.bucket_by_length false"
             )
+        # A multi-task mixture trains each epoch on the examples its rates pick (data/mixture.py), not on all.
+        selection = getattr(train_dataset, "selection", None)
         if cfg.bucket_by_length:
             self.sampler: ResumableBatchSampler = LengthBucketSampler(
                 lengths,
@@ -132,16 +134,18 @@ class Trainer:
                 drop_last=drop_last,
                 rank=self.dist.rank,
                 world_size=self.dist.world_size,
+                selection=selection,
             )
         else:
             self.sampler = ResumableBatchSampler(
-                len(train_dataset),
+                examples_per_epoch(train_dataset),
                 cfg.batch_size,
                 seed=cfg.seed,
                 shuffle=True,
                 drop_last=drop_last,
                 rank=self.dist.rank,
                 world_size=self.dist.world_size,
+                selection=selection,
             )
         if cfg.epochs is not None:
             # A copy: the caller's config keeps meaning "epochs", this run's means "steps".

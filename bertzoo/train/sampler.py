@@ -10,12 +10,27 @@ processes and still see every example of the epoch exactly once.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from bertzoo.data.rng import epoch_permutation  # the order is a data fact: datasets need it too
 from bertzoo.errors import CheckpointError, ConfigError
+
+
+class EpochSelection(Protocol):
+    """Which examples each epoch trains on when not all of them (`bertzoo.data.mixture.Mixture`): `size`
+    indices per epoch, a pure function of (seed, epoch)."""
+
+    size: int
+
+    def epoch_indices(self, seed: int, epoch: int) -> np.ndarray: ...
+
+
+def examples_per_epoch(dataset: Any) -> int:
+    """Examples one epoch of `dataset` trains on: its `selection`'s size (a multi-task mixture), else all."""
+    selection = getattr(dataset, "selection", None)
+    return int(selection.size) if selection is not None else len(dataset)
 
 
 class ResumableBatchSampler:
@@ -26,6 +41,9 @@ class ResumableBatchSampler:
     `drop_last=False` the last global batch is short for a single process, and padded by wrapping
     around the permutation when `world_size > 1` so every rank gets a full batch (DDP needs equal
     step counts on all ranks).
+
+    With a `selection` (a multi-task mixture) an epoch is the `selection.size` indices it picks for
+    that epoch, shuffled; `num_examples` is then that size, and the position counts entries of them.
     """
 
     def __init__(
@@ -38,7 +56,10 @@ class ResumableBatchSampler:
         drop_last: bool = True,
         rank: int = 0,
         world_size: int = 1,
+        selection: EpochSelection | None = None,
     ) -> None:
+        if selection is not None and selection.size != num_examples:
+            raise ValueError(f"num_examples={num_examples} must be the selection's size {selection.size}")
         if num_examples < 1:
             raise ConfigError("the training dataset is empty; check the data path or the preparation step")
         if batch_size < 1:
@@ -58,6 +79,7 @@ class ResumableBatchSampler:
         self.drop_last = drop_last
         self.rank = rank
         self.world_size = world_size
+        self.selection = selection
         self.epoch = 0
         self.offset = 0  # entries of this epoch's permutation consumed, by all ranks together
 
@@ -127,7 +149,15 @@ class ResumableBatchSampler:
     def epoch_order(self) -> np.ndarray:
         """All example indices of the current epoch in the order they are served; consecutive runs of
         `global_batch_size` entries form the global batches."""
-        return epoch_permutation(self.num_examples, self.seed, self.epoch, self.shuffle)
+        order = epoch_permutation(self.num_examples, self.seed, self.epoch, self.shuffle)
+        return order if self.selection is None else self._selected()[order]
+
+    def _selected(self) -> np.ndarray:
+        """The example indices the selection picks for the current epoch."""
+        chosen = self.selection.epoch_indices(self.seed, self.epoch)
+        if len(chosen) != self.num_examples:
+            raise ValueError(f"the selection gave {len(chosen)} indices for an epoch of {self.num_examples}")
+        return chosen
 
     def __iter__(self) -> Iterator[list[int]]:
         # An epoch already consumed to its end starts again from the beginning (plain-sampler behaviour
@@ -177,7 +207,8 @@ def bucketed_order(
 class LengthBucketSampler(ResumableBatchSampler):
     """`ResumableBatchSampler` whose epoch order groups examples of similar length (`bucketed_order`),
     for dynamic padding with little waste. Same state, same resume semantics: the position is the
-    number of entries of the epoch's order consumed."""
+    number of entries of the epoch's order consumed. `lengths` are every example's; with a `selection`
+    the epoch's selected examples are bucketed by their own lengths."""
 
     def __init__(
         self,
@@ -189,16 +220,18 @@ class LengthBucketSampler(ResumableBatchSampler):
         rank: int = 0,
         world_size: int = 1,
         chunk_batches: int = 50,
+        selection: EpochSelection | None = None,
     ) -> None:
         self.lengths = np.asarray(lengths, dtype=np.int64)
         super().__init__(
-            len(self.lengths),
+            len(self.lengths) if selection is None else selection.size,
             batch_size,
             seed=seed,
             shuffle=True,
             drop_last=drop_last,
             rank=rank,
             world_size=world_size,
+            selection=selection,
         )
         if chunk_batches < 1:
             raise ConfigError(f"chunk_batches must be >= 1, got {chunk_batches}")
@@ -208,6 +241,11 @@ class LengthBucketSampler(ResumableBatchSampler):
     def epoch_order(self) -> np.ndarray:
         key = (self.seed, self.epoch)
         if self._cache is None or self._cache[0] != key:
-            order = bucketed_order(self.lengths, self.global_batch_size, self.seed, self.epoch, self.chunk_batches)
+            gb, chunks = self.global_batch_size, self.chunk_batches
+            if self.selection is None:
+                order = bucketed_order(self.lengths, gb, self.seed, self.epoch, chunks)
+            else:
+                chosen = self._selected()
+                order = chosen[bucketed_order(self.lengths[chosen], gb, self.seed, self.epoch, chunks)]
             self._cache = (key, order)
         return self._cache[1]
