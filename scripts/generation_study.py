@@ -15,7 +15,10 @@ Steps (each command is printed, as a user would type it):
    encoder and the title written by the decoder), greedy decoding of the dev set, ROUGE-L / BLEU / exact
    match.
 
-`--stage pretrain` stops after the pretraining runs (fine-tune later with the same --out).
+`--stage pretrain` stops after the pretraining runs (fine-tune later with the same --out). `--dataset
+builtin:wiki-topic-names` fine-tunes on wiki-topics as text (the topic's name generated) instead, scored
+by exact match. `--t5-objectives span_corruption prefix_lm ...` pretrains one T5 per objective at the same
+budget and compares them (the random-init arm is shared: it does not depend on the objective).
 
 Prints a table (mean and spread over seeds) and, last, one JSON line.
 
@@ -34,6 +37,7 @@ from pathlib import Path
 from demo import prepare_wiki, run  # scripts/: the demo's steps, the same commands
 
 VOCAB = 8192
+TITLES = "builtin:wiki-titles"
 FAMILIES = ("gpt", "unilm", "t5", "mass")
 PRETRAIN = {f: f"configs/pretrain/{f}-mini.yaml" for f in FAMILIES}
 FINETUNE = {f: f"configs/finetune/wiki-titles-{f}.yaml" for f in FAMILIES}
@@ -41,9 +45,10 @@ PRESET = {f: (f, f"{f}-mini") for f in FAMILIES}
 METRICS = ("rougeL", "bleu", "exact_match")
 
 
-def pretrain(family: str, out: Path, shards: Path, dev: Path, args) -> Path:
-    """The family's pretraining run for the budget (resumed if it was interrupted); its final model."""
-    run_dir = out / f"pretrain-{family}"
+def pretrain(family: str, out: Path, shards: Path, dev: Path, args, objective: str = "") -> Path:
+    """The family's pretraining run for the budget (resumed if it was interrupted); its final model.
+    `objective` (T5's) replaces the config's and names the run directory."""
+    run_dir = out / (f"pretrain-{family}-{objective}" if objective else f"pretrain-{family}")
     if (run_dir / "final" / "config.json").is_file():
         return run_dir / "final"
     resume = ["--resume", "auto"] if (run_dir / "checkpoints").is_dir() else []
@@ -51,6 +56,7 @@ def pretrain(family: str, out: Path, shards: Path, dev: Path, args) -> Path:
         [
             "pretrain",
             PRETRAIN[family],
+            *(["--objective", objective] if objective else []),
             "--data.shards",
             str(shards),
             "--data.eval_shards",
@@ -102,6 +108,7 @@ def finetune(family: str, model: Path | None, tokenizer: Path, out: Path, seed: 
             f"--train.epochs={args.ft_epochs}",
             f"--train.max_minutes={args.ft_minutes}",
             f"--data.max_train_examples={args.ft_examples}",
+            f"--data.dataset={args.dataset}",
         ]
     )
     return json.loads((out / "report.json").read_text())["dev"]["metrics"]
@@ -124,43 +131,54 @@ def main() -> None:
     ap.add_argument("--ft-minutes", type=float, default=4.0, help="time cap of each fine-tuning run")
     ap.add_argument("--out", default="runs/gen-study")
     ap.add_argument("--stage", choices=["all", "pretrain"], default="all", help="pretrain: stop after pretraining")
+    ap.add_argument("--dataset", default=TITLES, help="the seq2seq dataset to fine-tune on")
+    ap.add_argument("--t5-objectives", nargs="+", default=[], help="T5 only: one pretraining run per objective")
     args = ap.parse_args()
     out = Path(args.out)
     started = time.monotonic()
     shards, dev = prepare_wiki(out, VOCAB)
 
+    # Fine-tuning runs on another dataset than wiki-titles get its name in their directory.
+    tag = "" if args.dataset == TITLES else args.dataset.rsplit(":", 1)[-1] + "-"
     results: dict[str, dict] = {}
     for family in args.families:
-        final = pretrain(family, out, shards, dev, args)
+        objectives = args.t5_objectives if family == "t5" and args.t5_objectives else [""]
+        finals = {o: pretrain(family, out, shards, dev, args, o) for o in objectives}
         if args.stage == "pretrain":
             continue
-        runs: dict[str, list[dict]] = {"pretrained": [], "random": []}
+        runs: dict[str, list[dict]] = {f"pretrained {o}".strip(): [] for o in objectives} | {"random": []}
         for seed in args.seeds:
-            runs["pretrained"].append(
-                finetune(family, final, final, out / f"ft-{family}-pretrained-{seed}", seed, args)
-            )
-            runs["random"].append(finetune(family, None, final, out / f"ft-{family}-random-{seed}", seed, args))
+            for o, final in finals.items():
+                name = f"ft-{tag}{family}-pretrained-{o + '-' if o else ''}{seed}"
+                runs[f"pretrained {o}".strip()].append(finetune(family, final, final, out / name, seed, args))
+            random_dir = out / f"ft-{tag}{family}-random-{seed}"
+            runs["random"].append(finetune(family, None, next(iter(finals.values())), random_dir, seed, args))
         results[family] = runs
 
     if args.stage == "pretrain":
         return
-    print(f"\nwiki-titles dev, greedy decoding, seeds {args.seeds} (mean ± sd):")
+    print(f"\n{args.dataset} dev, greedy decoding, seeds {args.seeds} (mean ± sd):")
     print(f"{'model':<22}" + "".join(f"{m:>18}" for m in METRICS))
     summary: dict[str, dict] = {}
     for family, runs in results.items():
         for arm, metrics in runs.items():
             row = {m: [r[m] for r in metrics] for m in METRICS}
             print(f"{family + ' ' + arm:<22}" + "".join(f"{summarise(v):>18}" for v in row.values()))
-            summary[f"{family}_{arm}"] = {m: round(statistics.mean(v), 4) for m, v in row.items()}
-        gains = [p["rougeL"] - r["rougeL"] for p, r in zip(runs["pretrained"], runs["random"], strict=True)]
-        summary[f"{family}_rougeL_gain_per_seed"] = [round(g, 4) for g in gains]
-        print(f"{family + ' gain (ROUGE-L)':<22}{summarise(gains):>18}")
+            summary[f"{family}_{arm.replace(' ', '_')}"] = {m: round(statistics.mean(v), 4) for m, v in row.items()}
+        for arm in [a for a in runs if a != "random"]:
+            gains = [p["rougeL"] - r["rougeL"] for p, r in zip(runs[arm], runs["random"], strict=True)]
+            key = f"{family}_{arm.replace(' ', '_')}"
+            summary[f"{key}_rougeL_gain_per_seed"] = [round(g, 4) for g in gains]
+            print(f"{family + ' ' + arm + ' gain (ROUGE-L)':<22}{summarise(gains):>18}")
     import torch
 
     summary["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     summary["minutes"] = round((time.monotonic() - started) / 60, 1)
     summary["ratio"] = min(
-        (summary[f"{f}_pretrained"]["rougeL"] / max(summary[f"{f}_random"]["rougeL"], 1e-9)) for f in results
+        summary[f"{f}_{arm.replace(' ', '_')}"]["rougeL"] / max(summary[f"{f}_random"]["rougeL"], 1e-9)
+        for f, runs in results.items()
+        for arm in runs
+        if arm != "random"
     )
     print(json.dumps(summary))
 
