@@ -93,6 +93,7 @@ def finetune(family: str, model: Path | None, tokenizer: Path, out: Path, seed: 
             f"--model_config.dropout={arch['dropout']}",
             f"--model_config.attention_dropout={arch['attention_dropout']}",
             f"--model_config.type_vocab_size={arch['type_vocab_size']}",
+            f"--model_config.norm={arch['norm']}",
             f"--tokenizer={tokenizer}",
         ]
         if arch.get("num_decoder_layers"):  # an encoder-decoder starts decoding where pretraining did
