@@ -290,18 +290,14 @@ def write_jsonl(path, rows) -> str:
     return str(path)
 
 
-def run_config(tmp_path, tok, **technique) -> str:
+def t5_run_config(tmp_path, tok, data: dict, technique: dict | None = None, **train) -> str:
+    """A `bertzoo finetune` YAML for a t5-tiny from random init on `data` (plus 16/6-token limits)."""
     tok.save(tmp_path / "tok")
     cfg = {
         "task": "seq2seq",
         "tokenizer": str(tmp_path / "tok"),
         "model_config": {"variant": "t5", "preset": "t5-tiny", "dropout": 0.0, "attention_dropout": 0.0},
-        "data": {
-            "train": write_jsonl(tmp_path / "train.jsonl", mapping_examples(48, 0)),
-            "dev": write_jsonl(tmp_path / "dev.jsonl", mapping_examples(16, 1)),
-            "max_seq_len": 16,
-            "max_target_len": 6,
-        },
+        "data": {"max_seq_len": 16, "max_target_len": 6, **data},
         "train": {
             "output_dir": str(tmp_path / "run"),
             "seed": 0,
@@ -312,13 +308,23 @@ def run_config(tmp_path, tok, **technique) -> str:
             "device": "cpu",
             "log_every": 20,
             "save_every": 0,
+            **train,
         },
-        "technique": technique,
+        "technique": technique or {},
         "generation": {"max_new_tokens": 6},
     }
-    path = tmp_path / "t5.yaml"
-    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
     return str(path)
+
+
+def run_config(tmp_path, tok, **technique) -> str:
+    """`t5_run_config` on the mapping task (48 training, 16 dev examples)."""
+    data = {
+        "train": write_jsonl(tmp_path / "train.jsonl", mapping_examples(48, 0)),
+        "dev": write_jsonl(tmp_path / "dev.jsonl", mapping_examples(16, 1)),
+    }
+    return t5_run_config(tmp_path, tok, data, technique)
 
 
 def test_cli_finetune_then_reload_evaluate_and_predict_the_same(tmp_path, tok):

@@ -16,6 +16,7 @@ import yaml
 from task_helpers import make_cfg, single_thread, small_tokenizer
 from test_seq2seq import tiny_gpt
 from test_t5_finetune import MAPPING, WORDS, mapping_examples, tiny_t5, write_jsonl
+from test_t5_finetune import t5_run_config as run_config
 
 from bertzoo.data.mixture import Mixture
 from bertzoo.errors import ConfigError, DataError
@@ -222,33 +223,6 @@ def test_text_to_text_options_are_refused_by_other_tasks(tok):
     for data in ({"source_prefix": "x: "}, {"mixture": [{"train": "a.jsonl"}]}):
         with pytest.raises(ConfigError, match="task: seq2seq"):
             get_task(make_cfg("classification", data=data), tok)
-
-
-def run_config(tmp_path, tok, data: dict, technique: dict | None = None, **train) -> str:
-    tok.save(tmp_path / "tok")
-    cfg = {
-        "task": "seq2seq",
-        "tokenizer": str(tmp_path / "tok"),
-        "model_config": {"variant": "t5", "preset": "t5-tiny", "dropout": 0.0, "attention_dropout": 0.0},
-        "data": {"max_seq_len": 16, "max_target_len": 6, **data},
-        "train": {
-            "output_dir": str(tmp_path / "run"),
-            "seed": 0,
-            "max_steps": 60,
-            "batch_size": 16,
-            "lr": 3e-3,
-            "precision": "fp32",
-            "device": "cpu",
-            "log_every": 20,
-            "save_every": 0,
-            **train,
-        },
-        "technique": technique or {},
-        "generation": {"max_new_tokens": 6},
-    }
-    path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
-    return str(path)
 
 
 def cli(capsys, *args: str) -> tuple[int, list[str]]:
