@@ -230,14 +230,14 @@ def pretrain(cfg: PretrainConfig, resume: str | None = None) -> dict[str, Any]:
     eval_fn, baseline = None, {}
     if cfg.data.eval_shards:
         batches = fixed_eval_batches(cfg, tokenizer, collator)
-        counts = unigram_counts(ShardedCorpus(cfg.data.shards), tokenizer.vocab_size, tokenizer.special_ids)
+        corpus = ShardedCorpus(cfg.data.shards)
+        counts = unigram_counts(corpus, tokenizer.vocab_size, tokenizer.special_ids)
         causal = isinstance(objective, CausalLM)
         seq2seq = isinstance(objective, EncoderDecoderLM)
         if causal or seq2seq:
             # Both predict tokens that never occur in the corpus text: separators, T5's sentinels and end
             # token (every id past the shards' vocabulary is one of the run tokenizer's additions).
-            shard_vocab = ShardedCorpus(cfg.data.shards).vocab_size
-            added = np.arange(shard_vocab, tokenizer.vocab_size, dtype=np.int64)
+            added = np.arange(corpus.vocab_size, tokenizer.vocab_size, dtype=np.int64)
             train_batches = fixed_eval_batches(cfg, tokenizer, collator, shards=cfg.data.shards)
             specials = np.concatenate([tokenizer.special_ids, added])
             counts = with_predicted_specials(counts, train_batches, specials, causal=causal)
