@@ -182,6 +182,7 @@ LAYERS = (
         "bertzoo.heads",
         "bertzoo.model",
         "bertzoo.encdec",
+        "bertzoo.transfo_xl",
         "bertzoo.generation",
         "bertzoo.param_groups",
         "bertzoo.metrics",
