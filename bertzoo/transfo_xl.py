@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertzoo.errors import ConfigError
+from bertzoo.errors import CheckpointError, ConfigError
 from bertzoo.nn.ffn import FeedForward
 from bertzoo.nn.masks import causal_mask
 from bertzoo.nn.relative_attention import RelativeSelfAttention, relative_distances, relative_sinusoids
@@ -146,3 +146,114 @@ class TransfoXL(nn.Module):
             start = max(0, full.size(1) - self.config.mem_len)  # not -mem_len: mem_len 0 must keep nothing
             new.append(full[:, start:].detach())
         return new
+
+
+# --- Hugging Face's TransfoXLModel / TransfoXLLMHeadModel (transformers <= 4.57; removed in 5.x) ---
+# Only the layout this model holds: one plain softmax (no adaptive cutoffs), embeddings as wide as the model,
+# post-norm, relative attention of type 0, no same_length. Anything else is refused in one line.
+HF_REQUIRED = {"div_val": 1, "attn_type": 0, "same_length": False, "pre_lnorm": False, "sample_softmax": -1}
+
+# bertzoo key in one layer -> Hugging Face key under `layers.{i}.`
+_LAYER_KEYS = {
+    "attn.qkv.weight": "dec_attn.qkv_net.weight",
+    "attn.r.weight": "dec_attn.r_net.weight",
+    "attn.out.weight": "dec_attn.o_net.weight",
+    "attn.u": "dec_attn.r_w_bias",  # content bias
+    "attn.v": "dec_attn.r_r_bias",  # position bias
+    "attn_norm.weight": "dec_attn.layer_norm.weight",
+    "attn_norm.bias": "dec_attn.layer_norm.bias",
+    "ffn.up.weight": "pos_ff.CoreNet.0.weight",
+    "ffn.up.bias": "pos_ff.CoreNet.0.bias",
+    "ffn.down.weight": "pos_ff.CoreNet.3.weight",
+    "ffn.down.bias": "pos_ff.CoreNet.3.bias",
+    "ffn_norm.weight": "pos_ff.layer_norm.weight",
+    "ffn_norm.bias": "pos_ff.layer_norm.bias",
+}
+
+
+def config_to_hf(config: TransfoXLConfig) -> dict:
+    """A `TransfoXLConfig` as the fields of transformers' TransfoXLConfig (per-layer u and v: untie_r)."""
+    return {
+        "model_type": "transfo-xl",
+        "vocab_size": config.vocab_size,
+        "cutoffs": [],
+        "d_model": config.d_model,
+        "d_embed": config.d_model,
+        "n_head": config.n_head,
+        "d_head": config.d_head,
+        "d_inner": config.d_inner,
+        "n_layer": config.n_layer,
+        "mem_len": config.mem_len,
+        "clamp_len": config.clamp_len or 0,  # HF: 0 or less = no clamping
+        "dropout": config.dropout,
+        "dropatt": config.dropout,
+        "layer_norm_epsilon": config.layer_norm_eps,
+        "init_std": config.init_std,
+        "untie_r": True,
+        "tie_word_embeddings": True,
+        "adaptive": True,
+        "tie_projs": [False],
+        **HF_REQUIRED,
+    }
+
+
+def config_from_hf(hf: dict) -> TransfoXLConfig:
+    """transformers' TransfoXLConfig fields -> a `TransfoXLConfig`, or CheckpointError naming what it cannot hold."""
+    defaults = {"div_val": 4, "attn_type": 0, "same_length": True, "pre_lnorm": False, "sample_softmax": -1}
+    for key, wanted in HF_REQUIRED.items():
+        if hf.get(key, defaults[key]) != wanted:
+            raise CheckpointError(
+                f"Transformer-XL with {key}={hf.get(key, defaults[key])!r} is not supported (needs {wanted!r})"
+            )
+    if hf.get("cutoffs"):
+        raise CheckpointError(f"Transformer-XL with an adaptive softmax (cutoffs {hf['cutoffs']}) is not supported")
+    if hf.get("d_embed", hf["d_model"]) != hf["d_model"]:
+        raise CheckpointError("Transformer-XL with d_embed != d_model (projected embeddings) is not supported")
+    clamp = hf.get("clamp_len", 0)
+    return TransfoXLConfig(
+        vocab_size=hf["vocab_size"],
+        n_layer=hf["n_layer"],
+        d_model=hf["d_model"],
+        n_head=hf["n_head"],
+        d_head=hf["d_head"],
+        d_inner=hf["d_inner"],
+        mem_len=hf.get("mem_len", 0) or 0,
+        clamp_len=clamp if clamp > 0 else None,
+        dropout=hf.get("dropout", 0.1),
+        layer_norm_eps=hf.get("layer_norm_epsilon", 1e-5),
+        init_std=hf.get("init_std", 0.02),
+    )
+
+
+def state_dict_to_hf(model: TransfoXL) -> dict[str, torch.Tensor]:
+    """Our weights under TransfoXLLMHeadModel's names (the tied output weight written out too)."""
+    ours = model.state_dict()
+    out = {"transformer.word_emb.emb_layers.0.weight": ours["embed.weight"]}
+    for i in range(model.config.n_layer):
+        for key, hf_key in _LAYER_KEYS.items():
+            out[f"transformer.layers.{i}.{hf_key}"] = ours[f"layers.{i}.{key}"]
+    out["crit.out_layers.0.weight"] = ours["embed.weight"]
+    out["crit.out_layers.0.bias"] = ours["lm_bias"]
+    return {k: v.detach().clone().contiguous() for k, v in out.items()}
+
+
+def state_dict_from_hf(state: dict[str, torch.Tensor], config: TransfoXLConfig) -> dict[str, torch.Tensor]:
+    """TransfoXLModel or TransfoXLLMHeadModel weights -> our names. Shared u and v (untie_r false) are copied
+    into every layer; a model without an LM head gets a zero output bias."""
+    try:
+        return _from_hf(state, config)
+    except KeyError as missing:
+        raise CheckpointError(f"not a Transformer-XL checkpoint of this size: no weight {missing}") from None
+
+
+def _from_hf(state: dict[str, torch.Tensor], config: TransfoXLConfig) -> dict[str, torch.Tensor]:
+    prefix = "transformer." if any(k.startswith("transformer.") for k in state) else ""
+    out = {"embed.weight": state[f"{prefix}word_emb.emb_layers.0.weight"]}
+    for i in range(config.n_layer):
+        for key, hf_key in _LAYER_KEYS.items():
+            name = f"{prefix}layers.{i}.{hf_key}"
+            if name not in state and hf_key.endswith(("r_w_bias", "r_r_bias")):
+                name = f"{prefix}{hf_key.split('.')[-1]}"  # untie_r false: one pair for the whole model
+            out[f"layers.{i}.{key}"] = state[name]
+    out["lm_bias"] = state.get("crit.out_layers.0.bias", torch.zeros(config.vocab_size))
+    return out

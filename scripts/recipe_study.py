@@ -179,7 +179,9 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     docs = list(read_documents(["builtin:wiki-en"]))
     rows = [run_recipe(name, out, docs, args) for name in args.recipes]
-    print(f"\n{time.strftime('%Y-%m-%d')}, CPU {cpu_capability()}, {args.steps} pretraining steps, seeds {args.seeds}")
+    budget = f"{args.tokens:,} pretraining tokens" if args.tokens else f"{args.steps} pretraining steps"
+    ft = f"fine-tuning lr {args.ft_lr}, {args.ft_epochs} epochs, {args.ft_examples or 'all'} examples of {args.ft_len}"
+    print(f"\n{time.strftime('%Y-%m-%d')}, CPU {cpu_capability()}, {budget}, {ft}, seeds {args.seeds}")
     print(f"{'recipe':<12} {'tokens/s':>9} {'pretrained':>11} {'random':>8} {'gain':>14}")
     for r in rows:
         print(
