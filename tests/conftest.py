@@ -12,6 +12,18 @@ import pytest
 _LETTERS = "abcdefghijklmnoprstuvwy"
 
 
+@pytest.fixture()
+def one_thread():
+    """One intra-op thread for a test file's tiny models (`pytestmark = pytest.mark.usefixtures("one_thread")`):
+    they gain nothing from more, and on a busy 2-core machine spinning worker threads slow each step many times."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def _synthetic_words(seed: int = 0) -> list[str]:
     r = random.Random(seed)
     return sorted({"".join(r.choice(_LETTERS) for _ in range(r.randint(2, 9))) for _ in range(600)})

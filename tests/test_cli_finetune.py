@@ -19,14 +19,8 @@ transformers = pytest.importorskip("transformers")
 
 from test_finetune import tiny_finetune_config, write_task_files  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread (and do not fight parallel test processes for cores)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+# Tiny models: one thread (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 TEXTS = ["the apple and a fig", "a blue boat on the train", "pink", "it is red and it is gray and it is blue"]

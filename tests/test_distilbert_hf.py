@@ -33,13 +33,8 @@ OURS_TINY = {
 }
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread (and do not fight parallel test processes for cores)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+# Tiny models: one thread (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def perturbed(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:

@@ -19,14 +19,8 @@ from bertzoo.train import Trainer
 from bertzoo.train.manifest import list_checkpoints
 from bertzoo.train.sampler import LengthBucketSampler, ResumableBatchSampler, bucketed_order
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread (and do not fight parallel test processes for cores)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+# Tiny models: one thread (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def drain(sampler) -> list[list[int]]:

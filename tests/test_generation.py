@@ -21,12 +21,8 @@ VOCAB = 50
 TINY = {"vocab_size": VOCAB, "hidden_size": 32, "num_layers": 2, "num_heads": 4, "max_position": 64}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# Tiny models: one thread (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def perturb(module: torch.nn.Module, seed: int, scale: float = 0.3) -> None:

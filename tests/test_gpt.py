@@ -25,12 +25,8 @@ TINY = {"vocab_size": VOCAB, "hidden_size": 32, "num_layers": 2, "num_heads": 4,
 LAYOUTS = {"openai-gpt": ("post", 128), "gpt2": ("pre", 48)}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# Tiny models: one thread (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def inputs(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -10,7 +10,7 @@ import random
 import numpy as np
 import pytest
 import torch
-from task_helpers import make_cfg, single_thread, small_tokenizer, train_steps
+from task_helpers import make_cfg, small_tokenizer, train_steps
 
 from bertzoo.batch import IGNORE_INDEX
 from bertzoo.config import ModelConfig
@@ -22,10 +22,8 @@ from bertzoo.variants import gpt
 WORDS = ["red", "green", "blue", "cat", "dog", "bird", "runs", "sleeps", "sings", "the", "a", "big", "small"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    with single_thread():
-        yield
+# Tiny models: one thread (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture()

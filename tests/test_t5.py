@@ -25,12 +25,8 @@ VOCAB = 60
 TINY = {"vocab_size": VOCAB, "hidden_size": 32, "num_heads": 4, "intermediate_size": 48, "dropout": 0.0}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# Tiny models: one thread (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny(seed: int = 0, **fields) -> EncoderDecoderLM:

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from task_helpers import make_cfg, single_thread, small_tokenizer, train_steps
+from task_helpers import make_cfg, small_tokenizer, train_steps
 
 from bertzoo.batch import IGNORE_INDEX
 from bertzoo.errors import CheckpointError, ConfigError
@@ -27,10 +27,8 @@ FILLERS = WORDS[3:]
 MAPPING = {"red": "big cat runs", "green": "small dog", "blue": "a bird sings"}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    with single_thread():
-        yield
+# Tiny models: one thread (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tokenizer(directory, words=WORDS):

@@ -39,12 +39,8 @@ HF_TINY = {
 LAYOUTS = [("relu", True), ("gated-gelu", False), ("relu", False), ("gated-gelu", True)]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# Tiny models: one thread (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny_hf(

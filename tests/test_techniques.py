@@ -34,13 +34,8 @@ from bertzoo.train.optim import build_optimizer, build_scheduler
 VOCAB, LAYERS = 40, 3
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread (and do not fight parallel test processes for cores)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+# Tiny models: one thread (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny_encoder(seed: int = 0, **kw) -> Encoder:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from task_helpers import make_cfg, single_thread, small_tokenizer
+from task_helpers import make_cfg, small_tokenizer
 from test_seq2seq import tiny_gpt
 from test_t5_finetune import MAPPING, WORDS, mapping_examples, tiny_t5, write_jsonl
 from test_t5_finetune import t5_run_config as run_config
@@ -30,10 +30,8 @@ PREFIX_WORDS = ["summarize", "colour", "size"]
 SIZES = {"red": "small dog", "green": "big bird", "blue": "the cat sleeps"}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    with single_thread():
-        yield
+# Tiny models: one thread (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture()

@@ -16,12 +16,8 @@ from bertzoo.transfo_xl import PRESETS, TransfoXL, TransfoXLConfig, preset
 VOCAB = 50
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# Tiny models: one thread (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny(**overrides) -> TransfoXL:
