@@ -25,7 +25,7 @@ from bertzoo.nn.ffn import FeedForward
 from bertzoo.nn.masks import causal_mask
 from bertzoo.nn.relative_attention import RelativeSelfAttention, relative_distances, relative_sinusoids
 
-__all__ = ["PRESETS", "TransfoXL", "TransfoXLConfig", "TransfoXLLayer", "TransfoXLOutput", "preset"]
+__all__ = ["PRESETS", "TransfoXL", "TransfoXLConfig", "TransfoXLLayer", "TransfoXLOutput", "preset", "stream_nll"]
 
 
 @dataclass
@@ -117,9 +117,12 @@ class TransfoXL(nn.Module):
             nn.init.normal_(module.u, std=std)
             nn.init.normal_(module.v, std=std)
 
-    def forward(self, input_ids: torch.Tensor, mems: list[torch.Tensor] | None = None) -> TransfoXLOutput:
-        """input_ids: (batch, seq), one segment; mems: the previous call's `mems` (None: no history).
-        No padding mask: a language-model stream has none."""
+    def forward(
+        self, input_ids: torch.Tensor, mems: list[torch.Tensor] | None = None, mem_len: int | None = None
+    ) -> TransfoXLOutput:
+        """input_ids: (batch, seq), one segment; mems: the previous call's `mems` (None: no history);
+        mem_len: positions of memory to keep for the next call (None: the config's; evaluation may keep
+        more than training did). No padding mask: a language-model stream has none."""
         c = self.config
         seq = input_ids.size(1)
         mem = 0 if mems is None else mems[0].size(1)
@@ -135,17 +138,37 @@ class TransfoXL(nn.Module):
             x = layer(x, pos, None if mems is None else mems[i], mask)
         hidden = self.drop(x)
         logits = F.linear(hidden, self.embed.weight, self.lm_bias)  # (batch, seq, vocab)
-        return TransfoXLOutput(hidden, logits, self.update_mems(inputs, mems))
+        return TransfoXLOutput(hidden, logits, self.update_mems(inputs, mems, mem_len))
 
-    def update_mems(self, inputs: list[torch.Tensor], mems: list[torch.Tensor] | None) -> list[torch.Tensor]:
+    def update_mems(
+        self, inputs: list[torch.Tensor], mems: list[torch.Tensor] | None, mem_len: int | None = None
+    ) -> list[torch.Tensor]:
         """Per layer: the last `mem_len` positions of [old memory; this segment's layer input], detached so
         that backpropagation stops at the segment boundary (the paper's stop-gradient SG(.))."""
         new = []
         for i, x in enumerate(inputs):
             full = x if mems is None else torch.cat([mems[i], x], dim=1)  # (batch, mem + seq, d_model)
-            start = max(0, full.size(1) - self.config.mem_len)  # not -mem_len: mem_len 0 must keep nothing
+            keep = self.config.mem_len if mem_len is None else mem_len
+            start = max(0, full.size(1) - keep)  # not -keep: a memory of 0 must keep nothing
             new.append(full[:, start:].detach())
         return new
+
+
+@torch.no_grad()
+def stream_nll(model: TransfoXL, ids: torch.Tensor, segment_len: int, mem_len: int | None = None) -> tuple[float, int]:
+    """Summed next-token negative log-likelihood of a long stream `ids` (batch, n), read in segments of
+    `segment_len` carrying `mem_len` positions of memory (None: the model's own; the paper evaluates with a
+    longer memory than it trained with). Returns (nll sum, tokens predicted); perplexity = exp(sum / count)."""
+    total, count, mems = 0.0, 0, None
+    for start in range(0, ids.size(1) - 1, segment_len):
+        segment = ids[:, start : start + segment_len]
+        targets = ids[:, start + 1 : start + segment_len + 1]
+        out = model(segment, mems, mem_len)
+        mems = out.mems
+        logits = out.logits[:, : targets.size(1)]  # the stream's last token has nothing to predict
+        total += F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="sum").item()
+        count += targets.numel()
+    return total, count
 
 
 # --- Hugging Face's TransfoXLModel / TransfoXLLMHeadModel (transformers <= 4.57; removed in 5.x) ---

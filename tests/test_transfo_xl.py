@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from bertzoo.errors import ConfigError
 from bertzoo.nn.relative_attention import RelativeSelfAttention, relative_distances, relative_sinusoids
-from bertzoo.transfo_xl import PRESETS, TransfoXL, TransfoXLConfig, preset
+from bertzoo.transfo_xl import PRESETS, TransfoXL, TransfoXLConfig, preset, stream_nll
 
 VOCAB = 50
 
@@ -256,3 +256,33 @@ def test_a_tiny_lm_learns_a_repeated_sequence_across_segments() -> None:
     for _ in range(120):
         last = step()
     assert first > 3.0 and last < 0.1, (first, last)
+
+
+def test_stream_nll_with_a_long_memory_equals_one_pass():
+    """Evaluation with more memory than training (mem_len 16 in the model, 40 here): streaming a 21-token
+    sequence in segments of 5 scores every next token exactly as one causal pass over all of it."""
+    model = tiny(mem_len=4)
+    tokens = ids(2, 21, seed=5)
+    total, count = stream_nll(model, tokens, segment_len=5, mem_len=40)
+    with torch.no_grad():
+        logits = model(tokens[:, :-1]).logits
+    expected = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten(), reduction="sum").item()
+    assert count == 2 * 20
+    assert total == pytest.approx(expected, rel=1e-5)
+    # With the model's own 4 positions of memory the context is shorter, and the score differs.
+    short, _ = stream_nll(model, tokens, segment_len=5)
+    assert abs(short - expected) > 1e-3
+
+
+def test_stream_nll_without_memory_scores_segments_independently():
+    model = tiny()
+    tokens = ids(1, 13, seed=6)
+    total, count = stream_nll(model, tokens, segment_len=4, mem_len=0)
+    expected = 0.0
+    with torch.no_grad():
+        for start in range(0, 12, 4):
+            segment, targets = tokens[:, start : start + 4], tokens[:, start + 1 : start + 5]
+            logits = model(segment).logits[:, : targets.size(1)]
+            expected += F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum").item()
+    assert count == 12
+    assert total == pytest.approx(expected, rel=1e-5)
