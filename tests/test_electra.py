@@ -295,6 +295,25 @@ def test_two_stage_with_a_smaller_generator_copies_the_embedding_block_only(tmp_
 # --- save / load / Hugging Face ------------------------------------------------------------------
 
 
+def test_sample_temperature_flattens_the_generators_samples_and_is_kept_in_checkpoints(tmp_path):
+    """T > 1 draws from softmax(logits / T): with one token far ahead, T = 1 always draws it and a large T
+    draws almost uniformly. The setting survives save/load; nonsense values are refused."""
+    batch = masked_batch(seed=2, b=16, s=12)
+    selected = batch.labels != IGNORE_INDEX
+    n = int(selected.sum())
+    logits = torch.zeros(n, VOCAB)
+    logits[:, 7] = 12.0  # p(7) = e^12 / (e^12 + VOCAB - 1) > 0.999 at T = 1
+    plain, hot = tiny_electra(seed=1), tiny_electra(seed=1, sample_temperature=1e4)
+    assert set(plain.replace(batch, logits, selected).input_ids[selected].tolist()) == {7}
+    drawn = hot.replace(batch, logits, selected).input_ids[selected]
+    assert (drawn == 7).float().mean() < 0.2 and len(set(drawn.tolist())) > 10
+    hot.save_pretrained(tmp_path / "ckpt")
+    assert load_pretraining(tmp_path / "ckpt").sample_temperature == 1e4
+    for bad in (0, -1.0, "hot", True):
+        with pytest.raises(ConfigError, match="sample_temperature"):
+            tiny_electra(sample_temperature=bad)
+
+
 def test_save_load_round_trip_and_load_encoder_returns_the_discriminator(tmp_path):
     model = tiny_electra(seed=6).eval()
     model.save_pretrained(tmp_path / "ckpt")

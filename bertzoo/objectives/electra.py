@@ -178,6 +178,7 @@ class Electra(nn.Module):
         *,
         rtd_weight: float = 50.0,
         stage: str = "joint",
+        sample_temperature: float = 1.0,
     ) -> None:
         super().__init__()
         if stage not in STAGES:
@@ -185,6 +186,13 @@ class Electra(nn.Module):
         if rtd_weight < 0:
             raise ConfigError(f"objective_args.rtd_weight must be >= 0, got {rtd_weight}")
         self.rtd_weight = float(rtd_weight)
+        if isinstance(sample_temperature, bool) or not isinstance(sample_temperature, (int, float)):
+            raise ConfigError(f"objective_args.sample_temperature must be a number, got {sample_temperature!r}")
+        if not sample_temperature > 0:
+            raise ConfigError(f"objective_args.sample_temperature must be > 0, got {sample_temperature}")
+        # Above 1 the generator's samples are flatter, so more of them are detectable by a discriminator
+        # that has not yet learned context (the starving seen at CPU budgets: docs/pretraining.md).
+        self.sample_temperature = float(sample_temperature)
         self.stage = stage
         self.discriminator = Discriminator(Encoder(config))
         gen_encoder = Encoder(generator_config)
@@ -222,7 +230,8 @@ class Electra(nn.Module):
         uniform = batch.extra.get(SAMPLE_UNIFORM)
         if uniform is None:  # batches not made by ElectraCollator: the (checkpointed) global RNG
             uniform = torch.rand(selected.shape, device=mlm_logits.device)
-        sampled = sample_from_logits(mlm_logits, uniform.to(mlm_logits.device)[selected])
+        logits = mlm_logits if self.sample_temperature == 1.0 else mlm_logits / self.sample_temperature
+        sampled = sample_from_logits(logits, uniform.to(mlm_logits.device)[selected])
         return replace_tokens(batch, sampled)
 
     def loss_counts(self, batch: Batch) -> dict[str, int]:
@@ -282,6 +291,7 @@ class Electra(nn.Module):
             "objective": "electra",
             "stage": self.stage,
             "rtd_weight": self.rtd_weight,
+            "sample_temperature": self.sample_temperature,
             "generator": self.generator_config.to_dict(),
         }
 

@@ -9,6 +9,7 @@ for "electra":
                           heads keep the discriminator's head size, the FFN scales with the width
     generator             ModelConfig overrides for the generator, e.g. {num_layers: 6}
     rtd_weight            lambda in loss = mlm + lambda * rtd (default 50)
+    sample_temperature    the generator's samples are drawn from softmax(logits / T) (default 1, the paper's)
     stage                 joint (default) | generator | discriminator
     generator_checkpoint  stage discriminator: the stage-generator run's checkpoint to sample from
 
@@ -62,7 +63,7 @@ GENERATOR_SIZE = {"electra-mini": 0.25, "electra-small": 0.25, "electra-base": 1
 
 OBJECTIVES = ("electra", "mlm")
 DEFAULT_OBJECTIVE = "electra"
-OBJECTIVE_ARGS = ("generator_size", "generator", "rtd_weight", "stage", "generator_checkpoint")
+OBJECTIVE_ARGS = ("generator_size", "generator", "rtd_weight", "stage", "generator_checkpoint", "sample_temperature")
 SAMPLE_STREAM = "electra-sample"
 
 
@@ -122,6 +123,7 @@ def build(config: ModelConfig, objective: str = "electra", **args: Any) -> nn.Mo
     rtd_weight = args.get("rtd_weight", 50.0)
     if isinstance(rtd_weight, bool) or not isinstance(rtd_weight, (int, float)):
         raise ConfigError(f"objective_args.rtd_weight must be a number, got {rtd_weight!r}")
+    temperature = args.get("sample_temperature", 1.0)
     overrides = args.get("generator") or {}
     if not isinstance(overrides, dict):
         raise ConfigError(f"objective_args.generator must be a mapping of model fields, got {overrides!r}")
@@ -131,7 +133,7 @@ def build(config: ModelConfig, objective: str = "electra", **args: Any) -> nn.Mo
             raise ConfigError("objective_args.generator_checkpoint is read by stage discriminator only; remove it")
         size = args.get("generator_size")
         gen_cfg = generator_config(config, default_generator_size(config) if size is None else size, overrides)
-        return Electra(config, gen_cfg, rtd_weight=rtd_weight, stage=stage)
+        return Electra(config, gen_cfg, rtd_weight=rtd_weight, stage=stage, sample_temperature=temperature)
     # Two-stage ELECTRA, second stage: the generator (and its config) come from the first stage's run.
     if not checkpoint:
         raise ConfigError(
@@ -144,7 +146,9 @@ def build(config: ModelConfig, objective: str = "electra", **args: Any) -> nn.Mo
             f"the generator in {checkpoint} has a vocabulary of {generator.config.vocab_size}, the discriminator "
             f"{config.vocab_size}; use the same tokenizer for both stages"
         )
-    model = Electra(config, generator.config, rtd_weight=rtd_weight, stage="discriminator")
+    model = Electra(
+        config, generator.config, rtd_weight=rtd_weight, stage="discriminator", sample_temperature=temperature
+    )
     io.load_into(model.generator, generator.state_dict(), source=str(checkpoint))
     model.init_discriminator_from_generator()
     return model
@@ -180,7 +184,13 @@ def pretraining_model(raw: dict[str, Any], config: ModelConfig, state: dict[str,
         if not isinstance(gen, dict):
             raise CheckpointError("the ELECTRA checkpoint's config.json lacks the generator's config ('generator')")
         gen_cfg = from_dict(ModelConfig, {k: v for k, v in gen.items() if k in ModelConfig.__dataclass_fields__})
-        return Electra(config, gen_cfg, rtd_weight=raw.get("rtd_weight", 50.0), stage=raw.get("stage", "joint"))
+        return Electra(
+            config,
+            gen_cfg,
+            rtd_weight=raw.get("rtd_weight", 50.0),
+            stage=raw.get("stage", "joint"),
+            sample_temperature=raw.get("sample_temperature", 1.0),
+        )
     if any(k.startswith("rtd_head.") for k in state):
         return Discriminator(Encoder(config))
     return make_generator(Encoder(config))
