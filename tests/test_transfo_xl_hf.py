@@ -117,6 +117,14 @@ def test_hf_model_imports_exactly(tmp_path):
     model = TransfoXL(config_from_hf(hf_config)).eval()
     model.load_state_dict(state_dict_from_hf(load_file(tmp_path / "hf_weights.safetensors"), model.config))
     assert_close(ours_on(model, ids), ref)
+    # The same weights as a bare TransfoXLModel (no "transformer." prefix, no LM head): same hidden states.
+    hf = load_file(tmp_path / "hf_weights.safetensors")
+    base = {k.removeprefix("transformer."): v for k, v in hf.items() if k.startswith("transformer.")}
+    bare = TransfoXL(model.config).eval()
+    bare.load_state_dict(state_dict_from_hf(base, model.config))
+    out = ours_on(bare, ids)
+    for s in (0, 1):
+        torch.testing.assert_close(out[f"hidden{s}"], ref[f"hidden{s}"], atol=1e-5, rtol=1e-5)
     # The memory matters: the second segment alone, without it, is different.
     alone = model(ids[:, 8:]).logits.log_softmax(-1)
     assert (alone - ref["logprobs1"]).abs().max() > 1e-3
@@ -133,6 +141,18 @@ def test_our_model_exports_exactly(tmp_path):
     save_file(state_dict_to_hf(model), tmp_path / "weights.safetensors")
     ids = inputs(tmp_path)
     assert_close(ours_on(model, ids), run_reference(tmp_path))
+
+
+def test_shared_biases_of_untie_r_false_go_into_every_layer():
+    torch.manual_seed(2)
+    hf = state_dict_to_hf(TransfoXL(CONFIG))
+    shared_u, shared_v = torch.randn(2, 16), torch.randn(2, 16)
+    for i in range(CONFIG.n_layer):
+        del hf[f"transformer.layers.{i}.dec_attn.r_w_bias"], hf[f"transformer.layers.{i}.dec_attn.r_r_bias"]
+    hf["transformer.r_w_bias"], hf["transformer.r_r_bias"] = shared_u, shared_v
+    ours = state_dict_from_hf(hf, CONFIG)
+    for i in range(CONFIG.n_layer):
+        assert torch.equal(ours[f"layers.{i}.attn.u"], shared_u) and torch.equal(ours[f"layers.{i}.attn.v"], shared_v)
 
 
 def test_unsupported_hf_layouts_are_refused():
