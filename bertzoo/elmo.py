@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bertzoo.errors import ConfigError
+
 # Character ids: 0 pads the row, a UTF-8 byte b is b + 1, then the markers and one id per special token.
 CHAR_PAD = 0
 BEGIN_OF_WORD = 257
@@ -40,7 +42,7 @@ def char_table(vocab: Sequence[str], max_chars: int = 50) -> torch.Tensor:
     piece, prefix stripped), the token's UTF-8 bytes + 1 cut to max_chars - 2, END_OF_WORD, then 0s. A
     special token is [BEGIN_OF_WORD, its reserved id, END_OF_WORD]."""
     if max_chars < 3:
-        raise ValueError(f"max_chars={max_chars} leaves no room for a character between the word markers")
+        raise ConfigError(f"max_chars={max_chars} leaves no room for a character between the word markers")
     table = torch.zeros(len(vocab), max_chars, dtype=torch.long)
     for index, token in enumerate(vocab):
         start = BEGIN_OF_WORD
@@ -75,7 +77,7 @@ class ElmoConfig:
     def __post_init__(self) -> None:
         self.filters = tuple((int(w), int(n)) for w, n in self.filters)  # JSON gives lists of lists
         if max(w for w, _ in self.filters) > self.max_chars:
-            raise ValueError(f"a filter wider than max_chars={self.max_chars} has no position to look at")
+            raise ConfigError(f"a filter wider than max_chars={self.max_chars} has no position to look at")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -112,7 +114,7 @@ def preset(name: str, **overrides: Any) -> ElmoConfig:
     try:
         return replace(PRESETS[name], **overrides)
     except KeyError:
-        raise ValueError(f"unknown ELMo preset {name!r}; choose one of {', '.join(PRESETS)}") from None
+        raise ConfigError(f"unknown ELMo preset {name!r}; choose one of {', '.join(PRESETS)}") from None
 
 
 class Highway(nn.Module):
@@ -213,7 +215,7 @@ class Elmo(nn.Module):
         c = config
         self.config = config
         if vocab is not None and len(vocab) != c.vocab_size:
-            raise ValueError(f"the vocabulary has {len(vocab)} tokens, the config says vocab_size={c.vocab_size}")
+            raise ConfigError(f"the vocabulary has {len(vocab)} tokens, the config says vocab_size={c.vocab_size}")
         chars = char_table(vocab, c.max_chars) if vocab is not None else torch.zeros(c.vocab_size, c.max_chars)
         self.register_buffer("char_ids", chars.long())  # (vocab, max_chars)
         self.token_encoder = CharCNN(c)

@@ -12,6 +12,7 @@ from safetensors.torch import load_file, save_file
 
 from bertzoo.batch import Batch
 from bertzoo.elmo import Elmo, ElmoConfig, char_table, preset
+from bertzoo.errors import ConfigError
 from bertzoo.nn.scalar_mix import ScalarMix
 from bertzoo.objectives.bilm import BidirectionalLM
 
@@ -70,7 +71,7 @@ def test_paper_preset_has_the_papers_sizes() -> None:
 def test_configs_survive_json(name: str) -> None:
     config = preset(name)
     assert ElmoConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
-    with pytest.raises(ValueError, match="wider than max_chars"):
+    with pytest.raises(ConfigError, match="wider than max_chars"):
         preset(name, max_chars=2)
 
 
