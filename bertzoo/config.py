@@ -82,6 +82,13 @@ class ModelConfig:
     decoder_start_token_id: int | None = None  # the decoder's first input (T5: 0, its pad id)
     # Multiply the decoder's output by hidden_size ** -0.5 before the LM head (T5 v1.0, whose head is tied).
     scale_decoder_outputs: bool = False
+    # --- XLNet (relative attention over [memory; segment]; its attn_type "uni" is `causal`) ---
+    # Positions of each layer's input kept as memory for the next call with use_mems (0 = all of them,
+    # transformers' rule for mem_len None or 0), of which only the first reuse_len of a segment (0 = all).
+    mem_len: int = 0
+    reuse_len: int = 0
+    clamp_len: int = 0  # relative distances beyond +-clamp_len share its sinusoid (0 = no clamping)
+    same_length: bool = False  # causal only: every query sees the same number of keys
 
     def __post_init__(self) -> None:
         # Sizes first: a zero num_heads would otherwise fail the divisibility check with a ZeroDivisionError.
@@ -99,6 +106,9 @@ class ModelConfig:
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
         self._check_t5_fields()
+        for name in ("mem_len", "reuse_len", "clamp_len"):  # XLNet
+            if getattr(self, name) < 0:
+                raise ConfigError(f"model.{name} must be >= 0 (0 = off), got {getattr(self, name)}")
 
     def _check_t5_fields(self) -> None:
         if self.norm_kind not in get_args(NormKind):

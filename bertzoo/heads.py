@@ -44,12 +44,17 @@ class MaskedLMHead(nn.Module):
 
 
 class LMHead(nn.Module):
-    """A next-token decoder: Linear(hidden -> vocab) without bias, its weight tied to the word embeddings
-    (GPT). There is no transform before it: the top layer's states are the features."""
+    """A next-token decoder: Linear(hidden -> vocab), its weight tied to the word embeddings, without bias
+    (GPT) or with one (`bias=True`, XLNet). There is no transform before it: the top layer's states are the
+    features."""
 
-    def __init__(self, hidden_size: int, vocab_size: int, *, tied_weight: nn.Parameter | None = None) -> None:
+    def __init__(
+        self, hidden_size: int, vocab_size: int, *, tied_weight: nn.Parameter | None = None, bias: bool = False
+    ) -> None:
         super().__init__()
-        self.decoder = nn.Linear(hidden_size, vocab_size, bias=False)
+        self.decoder = nn.Linear(hidden_size, vocab_size, bias=bias)
+        if bias:
+            nn.init.zeros_(self.decoder.bias)
         if tied_weight is not None:
             self.decoder.weight = tied_weight
 

@@ -30,9 +30,11 @@ from bertzoo.nn.adapter import adapter_size_from_state, add_adapters
 from bertzoo.objectives.clm import CausalLM
 from bertzoo.objectives.electra import Electra
 from bertzoo.objectives.mlm import MaskedLM
+from bertzoo.objectives.plm import PermutationLM
 from bertzoo.objectives.seq2seq_lm import EncoderDecoderLM
 from bertzoo.tasks.base import TaskModel
 from bertzoo.variants import get_variant, hf_family
+from bertzoo.xlnet import XLNet
 
 HUB_PREFIX = "hf:"
 BUILTIN_PREFIX = "builtin:"
@@ -140,7 +142,8 @@ def kind_of(raw: dict[str, Any], state: dict[str, torch.Tensor], is_hf: bool) ->
 
 def load_encoder(path: str | Path) -> Encoder:
     """The Encoder of any model directory: a bertzoo encoder, pretraining checkpoint (ELECTRA: its
-    discriminator) or fine-tuned model, or a Hugging Face model of a supported `model_type`."""
+    discriminator) or fine-tuned model, or a Hugging Face model of a supported `model_type`; a family
+    whose backbone is not an Encoder builds its own (`encoder_model`: XLNet)."""
     directory = resolve(path)
     _, config, state, _ = read_checkpoint(directory)
     # An ELECTRA pretraining checkpoint holds a generator and a discriminator: the discriminator is the encoder.
@@ -149,7 +152,8 @@ def load_encoder(path: str | Path) -> Encoder:
     if "pooler.dense.weight" not in enc_state and config.pooler:
         # Checkpoints without a pooler (e.g. sentence-transformers exports) load without one.
         config.pooler = False
-    encoder = Encoder(config)
+    own = getattr(get_variant(config.variant), "encoder_model", None)  # a backbone that is no Encoder (XLNet)
+    encoder = Encoder(config) if own is None else own(config)
     bottleneck = adapter_size_from_state(enc_state)
     if bottleneck:
         add_adapters(encoder, bottleneck)  # a model fine-tuned with adapters: they are part of its encoder
@@ -297,6 +301,8 @@ def _attach_methods() -> None:
         MaskedLM: _pretraining_from_pretrained,  # and its subclass SpanBoundaryLM
         Electra: _pretraining_from_pretrained,
         CausalLM: _pretraining_from_pretrained,
+        PermutationLM: _pretraining_from_pretrained,
+        XLNet: _encoder_from_pretrained,
         EncoderDecoder: _pretraining_from_pretrained,  # a checkpoint of one loads as EncoderDecoderLM
         EncoderDecoderLM: _pretraining_from_pretrained,
         TaskModel: _task_model_from_pretrained,

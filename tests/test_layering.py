@@ -183,6 +183,7 @@ LAYERS = (
         "bertzoo.model",
         "bertzoo.encdec",
         "bertzoo.transfo_xl",
+        "bertzoo.xlnet",
         "bertzoo.elmo",
         "bertzoo.generation",
         "bertzoo.param_groups",

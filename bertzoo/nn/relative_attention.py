@@ -28,6 +28,7 @@ from torch import nn
 __all__ = [
     "RelativeSelfAttention",
     "relative_distances",
+    "signed_distances",
     "relative_scores",
     "relative_shift",
     "relative_sinusoids",
@@ -41,6 +42,18 @@ def relative_distances(k_len: int, clamp_len: int | None = None, device: torch.d
     if clamp_len is not None:
         # Distances never seen in training share the largest trained one instead of extrapolating.
         distances = distances.clamp(max=clamp_len)
+    return distances
+
+
+def signed_distances(
+    top: int, bottom: int, clamp_len: int | None = None, device: torch.device | None = None
+) -> torch.Tensor:
+    """The distances top, top - 1, ..., bottom (descending, float), each clamped to [-clamp_len, clamp_len]
+    (None: no clamping). A bidirectional model's table reaches negative distances (keys after the query):
+    top = k_len - 1, bottom = -(q_len - 1); pass `top` on to `relative_shift`."""
+    distances = torch.arange(top, bottom - 1, -1, dtype=torch.float32, device=device)
+    if clamp_len is not None:
+        distances = distances.clamp(-clamp_len, clamp_len)
     return distances
 
 

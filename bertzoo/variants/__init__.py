@@ -12,7 +12,9 @@ and optionally:
   Hugging Face `model_type` of its `HF` when `HF.variant` is its own name (SpanBERT exports as BERT).
   A variant with several Hugging Face architectures (GPT: openai-gpt and gpt2) lists them as
   `HF_FAMILIES` and picks one for a config with `hf_family_for(config)`;
-* `export_hf(module, directory)`: writes its own modules that the generic exporter cannot (ELECTRA's).
+* `export_hf(module, directory)`: writes its own modules that the generic exporter cannot (ELECTRA's);
+* `encoder_model(config)`: the empty backbone an encoder directory loads into, when it is not an `Encoder`
+  (XLNet's two-stream stack).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 from bertzoo.config import ModelConfig
 from bertzoo.errors import CheckpointError, ConfigError
 from bertzoo.hf_keys import HFFamily
-from bertzoo.variants import albert, bert, distilbert, electra, ernie, gpt, mass, roberta, spanbert, t5, unilm
+from bertzoo.variants import albert, bert, distilbert, electra, ernie, gpt, mass, roberta, spanbert, t5, unilm, xlnet
 
 VARIANTS: dict[str, ModuleType] = {
     "bert": bert,
@@ -37,6 +39,7 @@ VARIANTS: dict[str, ModuleType] = {
     "distilbert": distilbert,
     "t5": t5,
     "mass": mass,
+    "xlnet": xlnet,
 }
 
 

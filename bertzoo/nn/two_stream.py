@@ -1,0 +1,110 @@
+"""Two-stream relative self-attention (Yang et al. 2019, section 2.3) with relative segment encoding.
+
+Every position i has a content stream h_i (it has read token i) and, for a predicted position, a query
+stream g_i (it knows position i but not token i). Both streams ask with the same projections and read
+keys and values of the content stream only, over [memory; segment]:
+
+    score(i, j) = ((q_i + u) . k_j + (q_i + v) . W_R R_{i - j} + (q_i + s) . e_{seg(i) != seg(j)}) / sqrt(d)
+
+the Transformer-XL score (`relative_scores`) plus a segment term: e_0 / e_1 are two learned vectors per
+head for "same segment" / "different segment", so any number of segments works and no absolute segment id
+enters the model. What each stream may see is the caller's mask; the content stream's includes the query's
+own position, the query stream's does not.
+
+Projections are stored as (hidden, heads, head_dim) tensors, the layout of the paper's code, so checkpoints
+convert by name alone.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertzoo.nn.relative_attention import relative_scores
+
+__all__ = ["TwoStreamAttention", "segment_scores"]
+
+
+def segment_scores(q: torch.Tensor, bias: torch.Tensor, embed: torch.Tensor, different: torch.Tensor) -> torch.Tensor:
+    """(q_i + s) . e_{different(i, j)}: q (batch, heads, q_len, d), bias (heads, d), embed (2, heads, d),
+    different (batch, q_len, k_len) bool. Returns (batch, heads, q_len, k_len)."""
+    both = torch.einsum("bnqd,snd->bnqs", q + bias[:, None], embed)  # (batch, heads, q_len, 2)
+    return torch.where(different[:, None], both[..., 1:], both[..., :1])
+
+
+class TwoStreamAttention(nn.Module):
+    """Relative multi-head attention for a content stream and an optional query stream; returns each
+    stream's output projection (the residual and norm are the layer's). No biases in the projections."""
+
+    def __init__(self, hidden_size: int, num_heads: int, head_dim: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = head_dim
+        self.dropout = dropout
+        shape = (hidden_size, num_heads, head_dim)
+        self.q = nn.Parameter(torch.zeros(shape))
+        self.k = nn.Parameter(torch.zeros(shape))
+        self.v = nn.Parameter(torch.zeros(shape))
+        self.o = nn.Parameter(torch.zeros(shape))
+        self.r = nn.Parameter(torch.zeros(shape))  # W_R: sinusoid -> positional key
+        self.content_bias = nn.Parameter(torch.zeros(num_heads, head_dim))  # u
+        self.position_bias = nn.Parameter(torch.zeros(num_heads, head_dim))  # v
+        self.segment_bias = nn.Parameter(torch.zeros(num_heads, head_dim))  # s
+        self.segment_embed = nn.Parameter(torch.zeros(2, num_heads, head_dim))  # e_same, e_different
+
+    def forward(
+        self,
+        h: torch.Tensor,
+        g: torch.Tensor | None,
+        pos: torch.Tensor,
+        *,
+        top: int,
+        memory: torch.Tensor | None = None,
+        different: torch.Tensor | None = None,
+        content_mask: torch.Tensor | None = None,
+        query_mask: torch.Tensor | None = None,
+        target_mapping: torch.Tensor | None = None,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, tuple[torch.Tensor | None, torch.Tensor | None]]:
+        """h: (batch, seq, hidden) content stream; g: (batch, num_predict, hidden) query stream or None;
+        pos: (r_len, hidden) sinusoids whose row c is distance top - c; memory: (batch, mem, hidden), used as
+        is (detach it upstream); different: (batch, seq, mem + seq) bool segment inequality (None: no segment
+        term); masks: bool broadcastable to (batch, heads, seq, mem + seq), True = attend, None = all;
+        target_mapping: (batch, num_predict, seq) float, the position each query-stream row predicts (None:
+        g is position-aligned with h). Returns (h output, g output or None, (h probs, g probs) if asked)."""
+        full = h if memory is None else torch.cat([memory, h], dim=1)  # (batch, k_len, hidden)
+        mem_len = full.size(1) - h.size(1)
+        k = torch.einsum("bkh,hnd->bnkd", full, self.k)  # (batch, heads, k_len, d)
+        v = torch.einsum("bkh,hnd->bnkd", full, self.v)
+        r = torch.einsum("rh,hnd->nrd", pos, self.r)  # (heads, r_len, d)
+
+        def attend(q: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+            scores = relative_scores(q, k, r, self.content_bias, self.position_bias, mem_len=mem_len, top=top)
+            if different is not None:
+                scores = scores + segment_scores(q, self.segment_bias, self.segment_embed, different)
+            scores = scores / math.sqrt(self.head_dim)  # (batch, heads, q_len, k_len)
+            if mask is not None:
+                # The dtype's minimum, not -inf: a row with no visible key (a query stream seeing nothing)
+                # gets uniform weights instead of NaN, as transformers' `score - 1e30 * mask` gives.
+                scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+            probs = scores.float().softmax(dim=-1).to(q.dtype)
+            ctx = F.dropout(probs, p=self.dropout, training=self.training) @ v  # (batch, heads, q_len, d)
+            return ctx, probs if need_weights else None
+
+        q_h = torch.einsum("bsh,hnd->bnsd", h, self.q)  # (batch, heads, seq, d)
+        ctx_h, probs_h = attend(q_h, content_mask)
+        out_h = torch.einsum("bnsd,hnd->bsh", ctx_h, self.o)  # (batch, seq, hidden)
+        if g is None:
+            return out_h, None, (probs_h, None)
+        q_g = torch.einsum("bmh,hnd->bnmd", g, self.q)  # (batch, heads, num_predict, d)
+        if target_mapping is not None:
+            # Each prediction asks from the position it predicts (its distances and segment are that position's).
+            q_g = torch.einsum("bnmd,bms->bnsd", q_g, target_mapping)  # (batch, heads, seq, d)
+        ctx_g, probs_g = attend(q_g, query_mask)
+        if target_mapping is not None:
+            ctx_g = torch.einsum("bnsd,bms->bnmd", ctx_g, target_mapping)  # (batch, heads, num_predict, d)
+        out_g = torch.einsum("bnmd,hnd->bmh", ctx_g, self.o)  # (batch, num_predict, hidden)
+        return out_h, out_g, (probs_h, probs_g)
