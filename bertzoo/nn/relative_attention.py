@@ -37,12 +37,9 @@ __all__ = [
 
 def relative_distances(k_len: int, clamp_len: int | None = None, device: torch.device | None = None) -> torch.Tensor:
     """The distances k_len - 1, ..., 1, 0 (descending: row c of the positional table is distance k_len - 1 - c),
-    float, with every distance beyond `clamp_len` read as `clamp_len` (None: no clamping)."""
-    distances = torch.arange(k_len - 1, -1, -1, dtype=torch.float32, device=device)
-    if clamp_len is not None:
-        # Distances never seen in training share the largest trained one instead of extrapolating.
-        distances = distances.clamp(max=clamp_len)
-    return distances
+    float, with every distance beyond `clamp_len` read as `clamp_len` (None: no clamping): the causal,
+    one-sided case of `signed_distances`."""
+    return signed_distances(k_len - 1, 0, clamp_len, device)
 
 
 def signed_distances(
@@ -53,6 +50,7 @@ def signed_distances(
     top = k_len - 1, bottom = -(q_len - 1); pass `top` on to `relative_shift`."""
     distances = torch.arange(top, bottom - 1, -1, dtype=torch.float32, device=device)
     if clamp_len is not None:
+        # Distances never seen in training share the largest trained one instead of extrapolating.
         distances = distances.clamp(-clamp_len, clamp_len)
     return distances
 
