@@ -57,14 +57,14 @@ def make_generator(encoder: Encoder) -> MaskedLM:
 
 
 @torch.no_grad()
-def sample_from_logits(logits: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
-    """One token per row of `logits` (n, vocab) drawn from softmax(logits), by inverting the CDF at
+def sample_from_logits(logits: torch.Tensor, uniform: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """One token per row of `logits` (n, vocab) drawn from softmax(logits / temperature), by inverting the CDF at
     `uniform` (n,) in [0, 1): token k is drawn when cdf[k-1] <= u < cdf[k], i.e. with probability p_k.
 
     One keyed uniform per position (instead of the vocab-wide noise of Gumbel-max) is what lets the
     collator precompute the randomness cheaply. Never differentiable: ELECTRA's samples stop gradients.
     """
-    cdf = torch.softmax(logits.detach().float(), dim=-1).cumsum(-1)  # (n, vocab)
+    cdf = torch.softmax(logits.detach().float() / temperature, dim=-1).cumsum(-1)  # (n, vocab)
     u = uniform.to(cdf.dtype).reshape(-1, 1) * cdf[:, -1:]  # scale by the total: rounding leaves it ~1
     return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=logits.size(-1) - 1)
 
@@ -230,8 +230,7 @@ class Electra(nn.Module):
         uniform = batch.extra.get(SAMPLE_UNIFORM)
         if uniform is None:  # batches not made by ElectraCollator: the (checkpointed) global RNG
             uniform = torch.rand(selected.shape, device=mlm_logits.device)
-        logits = mlm_logits if self.sample_temperature == 1.0 else mlm_logits / self.sample_temperature
-        sampled = sample_from_logits(logits, uniform.to(mlm_logits.device)[selected])
+        sampled = sample_from_logits(mlm_logits, uniform.to(mlm_logits.device)[selected], self.sample_temperature)
         return replace_tokens(batch, sampled)
 
     def loss_counts(self, batch: Batch) -> dict[str, int]:
