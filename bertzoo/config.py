@@ -169,6 +169,9 @@ class MaskingConfig:
     span_p: float = 0.2  # span strategy: geometric length distribution parameter (SpanBERT)
     max_span: int = 10  # span strategy: longest span, in words
     static_copies: int = 0  # 0 = dynamic masking; N = static masks, N copies per example (RoBERTa's baseline)
+    # Token selection weighted by rarity: a token is drawn with weight (training count + 1) ** -power,
+    # still exactly mask_prob of each row. 0 = uniform (BERT); > 0 favours content words over function words.
+    frequency_power: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0.0 < self.mask_prob < 1.0:
@@ -180,6 +183,10 @@ class MaskingConfig:
             )
         if self.max_predictions is not None and self.max_predictions < 1:
             raise ConfigError(f"data.masking.max_predictions must be >= 1 or null (no cap), got {self.max_predictions}")
+        if not 0.0 <= self.frequency_power <= 2.0:
+            raise ConfigError(
+                f"data.masking.frequency_power must be in [0, 2] (0 = uniform selection), got {self.frequency_power}"
+            )
         if self.span_p <= 0 or self.span_p > 1 or self.max_span < 1:
             raise ConfigError(
                 f"data.masking.span_p must be in (0, 1] and max_span >= 1, got {self.span_p} and {self.max_span}"

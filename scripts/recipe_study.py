@@ -54,6 +54,9 @@ LEVERS: dict[str, dict[str, Any]] = {
     "no-nsp": {"objective": "mlm", "data.nsp": False},
     "wwm": {"data.masking.strategy": "whole_word"},
     "unigram-bias": {"mlm_bias_init": "unigram"},
+    # Rarity-weighted selection: more content words among the predictions (see MaskingConfig).
+    "freq0.5": {"data.masking.frequency_power": 0.5},
+    "freq1": {"data.masking.frequency_power": 1.0},
     # Untied MLM decoder: a tied one pushes every rare token's embedding the same way (the softmax's
     # "not this word" gradient), so after a few hundred steps rare words share one direction.
     "untied": {"model.tie_word_embeddings": False},

@@ -297,3 +297,58 @@ def test_collator_speed(collator):
     per_batch = (time.perf_counter() - t) / 50
     assert batch.input_ids.shape == (32, 128)
     assert per_batch < 0.02, f"collating 32x128 took {per_batch * 1e3:.1f} ms"
+
+
+# -- rarity-weighted selection (data.masking.frequency_power) ----------------------------------------
+
+
+def test_equal_weights_leave_the_mask_unchanged(collator):
+    examples = _examples(30, 0)
+    weighted = PretrainingCollator(
+        SPECIAL, MaskingConfig(), seed=5, vocab_size=VOCAB, token_weights=np.full(VOCAB, 3.0)
+    )
+    plain, same = collator(examples), weighted(examples)
+    assert torch.equal(plain.labels, same.labels) and torch.equal(plain.input_ids, same.input_ids)
+
+
+def test_weighted_selection_follows_the_weights():
+    # Rows of 50 "common" (id 2000) and 50 "rare" (id 3000) tokens, one selected per row: the first
+    # draw of weighted sampling picks a rare token with probability 9 * 50 / (9 * 50 + 1 * 50) = 0.9.
+    weights = np.ones(VOCAB)
+    weights[3000] = 9.0
+    col = PretrainingCollator(SPECIAL, MaskingConfig(mask_prob=0.01), seed=1, vocab_size=VOCAB, token_weights=weights)
+    ids = np.concatenate([[SPECIAL.cls], np.full(50, 2000), np.full(50, 3000), [SPECIAL.sep]])
+    batch = col([{"input_ids": ids, "index": i} for i in range(3000)])
+    picked = batch.labels[batch.labels != IGNORE_INDEX]
+    assert len(picked) == 3000  # the budget is still round(mask_prob * candidates) = 1 per row
+    share = float((picked == 3000).float().mean())
+    assert abs(share - 0.9) < 0.02, share
+    # Uniform selection on the same rows: half and half.
+    plain = PretrainingCollator(SPECIAL, MaskingConfig(mask_prob=0.01), seed=1, vocab_size=VOCAB)
+    uniform = plain([{"input_ids": ids, "index": i} for i in range(3000)]).labels
+    assert abs(float((uniform[uniform != IGNORE_INDEX] == 3000).float().mean()) - 0.5) < 0.03
+
+
+def test_weighted_selection_errors():
+    for bad in (-0.5, 2.5, float("nan")):
+        with pytest.raises(ConfigError, match="frequency_power"):
+            MaskingConfig(frequency_power=bad)
+    with pytest.raises(ConfigError, match="positive"):
+        PretrainingCollator(SPECIAL, MaskingConfig(), seed=0, vocab_size=VOCAB, token_weights=np.zeros(VOCAB))
+    with pytest.raises(ConfigError, match="one per vocabulary id"):
+        PretrainingCollator(SPECIAL, MaskingConfig(), seed=0, vocab_size=VOCAB, token_weights=np.ones(10))
+    ids = np.array([[101, 5, 6, 102]])
+    with pytest.raises(ConfigError, match="token-level selection only"):
+        mask_tokens(
+            ids,
+            ids >= 101,
+            seed=0,
+            epoch=0,
+            index=np.array([0]),
+            config=MaskingConfig(),
+            mask_id=103,
+            replacement_ids=np.arange(5, 50),
+            selector="whole_word",
+            starts=np.ones_like(ids, dtype=bool),
+            position_weights=np.ones(ids.shape),
+        )

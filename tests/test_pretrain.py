@@ -118,3 +118,22 @@ def test_unigram_mlm_bias_init(synthetic_shards, tmp_path):
     assert not zero.mlm_head.decoder.bias.detach().any()
     with pytest.raises(ConfigError, match="mlm_bias_init"):
         load_pretrain_config(None, {"mlm_bias_init": "frequency"})
+
+
+def test_frequency_weighted_masking_is_wired(synthetic_shards, tmp_path):
+    """data.masking.frequency_power gives the collator (count + 1) ** -power per vocabulary id, from the
+    training shards; unit strategies and variants with their own collator refuse it."""
+    from bertzoo.data.shards import ShardedCorpus
+
+    cfg = tiny_config(synthetic_shards, tmp_path / "f")
+    cfg.data.masking.frequency_power = 0.5
+    _, _, collator, tokenizer = build_pretraining(cfg)
+    corpus = ShardedCorpus(synthetic_shards)
+    ids = np.concatenate([np.asarray(corpus.tokens(s, s + 1)) for s in range(corpus.num_sentences)])
+    counts = np.bincount(ids, minlength=tokenizer.vocab_size).astype(np.float64)
+    counts[list(tokenizer.special_ids)] = 0
+    np.testing.assert_allclose(collator.token_weights, 1.0 / np.sqrt(counts + 1), rtol=1e-12)
+    assert build_pretraining(tiny_config(synthetic_shards, tmp_path / "u"))[2].token_weights is None
+    cfg.data.masking.strategy = "whole_word"
+    with pytest.raises(ConfigError, match="frequency_power"):
+        build_pretraining(cfg)

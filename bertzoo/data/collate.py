@@ -68,6 +68,9 @@ class PretrainingCollator:
     (N = 1 is BERT's original single static mask; RoBERTa duplicated its data N = 10 times).
     That is exactly "preprocess N masked copies" for datasets whose examples do not change between
     epochs (FULL-/DOC-SENTENCES with short_seq_prob 0); 0 keeps dynamic masking, a new mask per epoch.
+
+    `token_weights` (one positive weight per vocabulary id) makes token selection weighted: still
+    `mask_prob` of each row, drawn in proportion to the weights (`data.masking.frequency_power`).
     """
 
     def __init__(
@@ -79,6 +82,7 @@ class PretrainingCollator:
         pad_to_multiple_of: int = 8,
         vocab_size: int | None = None,
         selector: str | Selector = "token",
+        token_weights: np.ndarray | None = None,
     ) -> None:
         if isinstance(tokenizer, Tokenizer):
             special = tokenizer.special
@@ -103,6 +107,11 @@ class PretrainingCollator:
         self._is_special = np.zeros(self.vocab_size, dtype=bool)
         self._is_special[list(special)] = True
         self.replacement_ids = np.flatnonzero(~self._is_special).astype(np.int64)
+        if token_weights is not None:
+            token_weights = np.asarray(token_weights, dtype=np.float64)
+            if token_weights.shape != (self.vocab_size,) or not (token_weights > 0).all():
+                raise ConfigError(f"token_weights must be {self.vocab_size} positive numbers, one per vocabulary id")
+        self.token_weights = token_weights
 
     def __call__(self, examples: Sequence[dict[str, Any]] | Sequence[list[dict[str, Any]]]) -> Batch:
         examples = flatten_bins(examples)
@@ -126,6 +135,7 @@ class PretrainingCollator:
             replacement_ids=self.replacement_ids,
             selector=self.selector if selector is None else selector,
             starts=starts,
+            position_weights=None if self.token_weights is None else self.token_weights[rows.ids],
         )
 
     def inputs(self, examples: Sequence[dict[str, Any]]) -> CollatedInputs:

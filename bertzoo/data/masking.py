@@ -48,6 +48,7 @@ __all__ = [
     "select_units",
     "span_length_pmf",
     "unit_bounds",
+    "weighted_keys",
 ]
 
 # Random streams: each decision draws from its own stream so they are independent.
@@ -119,6 +120,16 @@ def select_tokens(
     candidates = ~np.asarray(special_mask, dtype=bool)
     k = num_to_select(candidates.sum(-1), mask_prob, max_predictions)
     return rank_select(np.asarray(rng_uniform), candidates, k)
+
+
+def weighted_keys(rng_uniform: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Ranking keys for weighted selection without replacement: Exp(1) / weight (Efraimidis-Spirakis).
+
+    Taking the k smallest keys draws k positions one after another, each with probability proportional
+    to its weight among those left. Exp(1) is -log(1 - u), increasing in u, so with equal weights the
+    ranking (hence the mask) is the same as ranking the uniforms themselves.
+    """
+    return -np.log1p(-np.asarray(rng_uniform, dtype=np.float64)) / np.asarray(weights, dtype=np.float64)
 
 
 def unit_bounds(starts: np.ndarray, special_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -352,13 +363,15 @@ def mask_tokens(
     selector: str | Selector = "token",
     starts: np.ndarray | None = None,
     return_selection: bool = False,
+    position_weights: np.ndarray | None = None,
 ):
     """Select and corrupt a padded batch, keyed by (seed, epoch, example index, position).
 
     Returns (corrupted input_ids, labels), plus the `Selection` when `return_selection` (token
     selection then reports every position as its own unit). Unit strategies need `starts` (B, L),
     True at the first token of each unit. Positions are numbered from the start of each example,
-    so padding length and batch neighbours do not change an example's mask.
+    so padding length and batch neighbours do not change an example's mask. `position_weights` (B, L),
+    positive, makes token selection weighted (`weighted_keys`); unit strategies refuse it.
     """
     name = selector if isinstance(selector, str) else None
     if isinstance(selector, str):
@@ -370,7 +383,15 @@ def mask_tokens(
     index = np.asarray(index, dtype=np.int64)[:, None]
     pos = np.arange(length, dtype=np.int64)[None, :]
     u_select = rng.uniform(seed, epoch, index, pos, STREAM_SELECT)
-    if name in UNIT_STRATEGIES or selector in (select_units, select_spans):
+    unit = name in UNIT_STRATEGIES or selector in (select_units, select_spans)
+    if position_weights is not None:
+        if unit:
+            raise ConfigError(
+                "data.masking.frequency_power works with token-level selection only; set "
+                "data.masking.strategy=token or frequency_power=0"
+            )
+        u_select = weighted_keys(u_select, position_weights)
+    if unit:
         if starts is None:
             raise ConfigError(
                 f"masking strategy {name or getattr(selector, '__name__', selector)!r} needs unit boundaries "

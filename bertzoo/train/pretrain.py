@@ -69,6 +69,12 @@ def build_pretraining(cfg: PretrainConfig):
                 "(a GPT head is the tied word table alone); remove mlm_bias_init"
             )
     dataset = _examples(cfg, corpus, tokenizer)
+    power = cfg.data.masking.frequency_power
+    if power and (hasattr(variant, "collator") or cfg.data.masking.strategy != "token"):
+        raise ConfigError(
+            f"data.masking.frequency_power works with token-level masking in BERT's collator, not with the "
+            f"{cfg.variant} variant's own data recipe or strategy {cfg.data.masking.strategy!r}; set it to 0"
+        )
     if hasattr(variant, "collator"):
         collator = variant.collator(cfg, tokenizer)
     elif cfg.data.masking.strategy != "token":
@@ -89,8 +95,16 @@ def build_pretraining(cfg: PretrainConfig):
             seed=cfg.train.seed,
             pad_to_multiple_of=cfg.data.pad_to_multiple_of,
             selector=cfg.data.masking.strategy,
+            token_weights=masking_weights(corpus, tokenizer, power) if power else None,
         )
     return objective, dataset, collator, tokenizer
+
+
+def masking_weights(corpus, tokenizer, power: float) -> np.ndarray:
+    """Selection weight per vocabulary id, (training count + 1) ** -power: rarer tokens are masked more
+    often, so more of the predictions are content words, which need the document's context."""
+    counts = unigram_counts(corpus, tokenizer.vocab_size, tokenizer.special_ids)
+    return (counts.astype(np.float64) + 1.0) ** -power
 
 
 def _objective_name(cfg: PretrainConfig, variant) -> str:
