@@ -89,6 +89,14 @@ class ModelConfig:
     reuse_len: int = 0
     clamp_len: int = 0  # relative distances beyond +-clamp_len share its sinusoid (0 = no clamping)
     same_length: bool = False  # causal only: every query sees the same number of keys
+    # --- ELMo (bertzoo.elmo: character CNN + highway + biLSTM LM). hidden_size is the LSTMs' projected
+    # output and the token representation's width, num_layers the LSTM layers of each direction, dropout
+    # their output dropout; the attention fields are not read. char_filters is empty for every other model.
+    char_filters: list[list[int]] = field(default_factory=list)  # [width, count] pairs of the character CNN
+    max_chars: int = 50  # characters (UTF-8 bytes) per token, the begin/end-of-word markers included
+    char_embedding_size: int = 16
+    highway_layers: int = 0
+    lstm_size: int = 0  # LSTM cell width, projected to hidden_size at each step
 
     def __post_init__(self) -> None:
         # Sizes first: a zero num_heads would otherwise fail the divisibility check with a ZeroDivisionError.
@@ -109,6 +117,34 @@ class ModelConfig:
         for name in ("mem_len", "reuse_len", "clamp_len"):  # XLNet
             if getattr(self, name) < 0:
                 raise ConfigError(f"model.{name} must be >= 0 (0 = off), got {getattr(self, name)}")
+        self._check_elmo_fields()
+
+    def _check_elmo_fields(self) -> None:
+        filters = []
+        for i, pair in enumerate(self.char_filters):
+            ok = isinstance(pair, (list, tuple)) and len(pair) == 2
+            if not ok or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in pair):
+                raise ConfigError(
+                    f"model.char_filters[{i}]={pair!r} is not a [width, count] pair of positive integers; "
+                    "write e.g. [[1, 32], [2, 32], [3, 64]]"
+                )
+            filters.append([int(pair[0]), int(pair[1])])
+        self.char_filters = filters  # lists (as JSON gives them), so a config equals its round trip
+        for name in ("highway_layers", "lstm_size"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"model.{name} must be >= 0, got {getattr(self, name)}")
+        if self.char_embedding_size <= 0:
+            raise ConfigError(f"model.char_embedding_size must be positive, got {self.char_embedding_size}")
+        if self.max_chars < 3:
+            raise ConfigError(
+                f"model.max_chars={self.max_chars} leaves no room for a character between the word markers; use >= 3"
+            )
+        widest = max((w for w, _ in filters), default=0)
+        if widest > self.max_chars:
+            raise ConfigError(
+                f"model.char_filters has a filter of width {widest}, wider than max_chars={self.max_chars}: it has "
+                "no position to look at; raise model.max_chars or drop the filter"
+            )
 
     def _check_t5_fields(self) -> None:
         if self.norm_kind not in get_args(NormKind):

@@ -8,18 +8,22 @@ later layers add their input back (a residual link). One softmax (weight and bia
 directions. The representations ELMo hands to a downstream model are every layer's [forward; backward]
 states, mixed by `bertzoo.nn.scalar_mix.ScalarMix`; the language-model loss is
 `bertzoo.objectives.bilm`.
+
+The sizes are ModelConfig's ELMo block (char_filters, max_chars, char_embedding_size, highway_layers,
+lstm_size; hidden_size is the projection, num_layers the LSTM layers per direction); the presets and the
+pretraining recipe are the variant's (`bertzoo.variants.elmo`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bertzoo.config import ModelConfig
 from bertzoo.errors import ConfigError
 
 # Character ids: 0 pads the row, a UTF-8 byte b is b + 1, then the markers and one id per special token.
@@ -58,63 +62,18 @@ def char_table(vocab: Sequence[str], max_chars: int = 50) -> torch.Tensor:
     return table
 
 
-@dataclass
-class ElmoConfig:
-    """Sizes of an ELMo model. `filters` are (width, count) pairs of the character CNN; `lstm_size` is the
-    LSTM's cell width and `hidden_size` its projected output width (also the token representation's)."""
-
-    vocab_size: int = 30522
-    max_chars: int = 50
-    char_vocab_size: int = CHAR_VOCAB_SIZE
-    char_embedding_size: int = 16
-    filters: tuple[tuple[int, int], ...] = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
-    highway_layers: int = 2
-    lstm_size: int = 4096
-    hidden_size: int = 512
-    num_layers: int = 2
-    dropout: float = 0.1
-
-    def __post_init__(self) -> None:
-        self.filters = tuple((int(w), int(n)) for w, n in self.filters)  # JSON gives lists of lists
-        if max(w for w, _ in self.filters) > self.max_chars:
-            raise ConfigError(f"a filter wider than max_chars={self.max_chars} has no position to look at")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ElmoConfig:
-        return cls(**data)
-
-
-PRESETS: dict[str, ElmoConfig] = {
-    # The paper's (and AllenNLP's "original") sizes: 2048 filters, LSTM 4096 -> 512; 93.6M parameters
-    # without the softmax.
-    "elmo": ElmoConfig(),
-    # Trains on a CPU: 256 filters up to width 5, one highway layer, LSTM 512 -> 128.
-    "elmo-mini": ElmoConfig(
-        filters=((1, 16), (2, 32), (3, 64), (4, 64), (5, 80)), highway_layers=1, lstm_size=512, hidden_size=128
-    ),
-    # Tests: a few dozen filters, a handful of LSTM units.
-    "elmo-tiny": ElmoConfig(
-        vocab_size=64,
-        max_chars=12,
-        char_embedding_size=8,
-        filters=((1, 8), (2, 8), (3, 16)),
-        highway_layers=1,
-        lstm_size=32,
-        hidden_size=16,
-        dropout=0.0,
-    ),
-}
-
-
-def preset(name: str, **overrides: Any) -> ElmoConfig:
-    """A copy of a preset config, with fields replaced (e.g. `vocab_size=len(vocab)`)."""
-    try:
-        return replace(PRESETS[name], **overrides)
-    except KeyError:
-        raise ConfigError(f"unknown ELMo preset {name!r}; choose one of {', '.join(PRESETS)}") from None
+def check_config(config: ModelConfig) -> None:
+    """ConfigError unless `config` describes an ELMo: the sizes live in ModelConfig's ELMo block (checked
+    there field by field); this checks that the block is filled in."""
+    if not config.char_filters:
+        raise ConfigError(
+            "model.char_filters is empty: an ELMo needs its character CNN; start from a preset (elmo-mini)"
+        )
+    if config.lstm_size <= config.hidden_size:
+        raise ConfigError(
+            f"model.lstm_size={config.lstm_size} must exceed model.hidden_size={config.hidden_size}: each LSTM "
+            "projects its cell down to hidden_size (the paper: 4096 -> 512)"
+        )
 
 
 class Highway(nn.Module):
@@ -137,12 +96,12 @@ class CharCNN(nn.Module):
     """Character ids -> token vectors: embed, convolve (one Conv1d per filter width), max-pool over the
     characters, ReLU, highway layers, project to `hidden_size`."""
 
-    def __init__(self, config: ElmoConfig) -> None:
+    def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         c = config
-        self.char_embeddings = nn.Embedding(c.char_vocab_size, c.char_embedding_size, padding_idx=CHAR_PAD)
-        self.convs = nn.ModuleList(nn.Conv1d(c.char_embedding_size, n, w) for w, n in c.filters)
-        num_filters = sum(n for _, n in c.filters)
+        self.char_embeddings = nn.Embedding(CHAR_VOCAB_SIZE, c.char_embedding_size, padding_idx=CHAR_PAD)
+        self.convs = nn.ModuleList(nn.Conv1d(c.char_embedding_size, n, w) for w, n in c.char_filters)
+        num_filters = sum(n for _, n in c.char_filters)
         self.highways = nn.ModuleList(Highway(num_filters) for _ in range(c.highway_layers))
         self.projection = nn.Linear(num_filters, c.hidden_size)
 
@@ -174,7 +133,7 @@ def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
 class LSTMStack(nn.Module):
     """Projected LSTM layers run left to right; layer l > 0 adds its input back (residual)."""
 
-    def __init__(self, config: ElmoConfig) -> None:
+    def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         c = config
         self.layers = nn.ModuleList(
@@ -210,12 +169,15 @@ class Elmo(nn.Module):
     `vocab` fills the character table (a buffer, saved with the weights); without it the table is zeros
     until `load_state_dict` fills it."""
 
-    def __init__(self, config: ElmoConfig, vocab: Sequence[str] | None = None) -> None:
+    def __init__(self, config: ModelConfig, vocab: Sequence[str] | None = None) -> None:
         super().__init__()
+        check_config(config)
         c = config
         self.config = config
         if vocab is not None and len(vocab) != c.vocab_size:
-            raise ConfigError(f"the vocabulary has {len(vocab)} tokens, the config says vocab_size={c.vocab_size}")
+            raise ConfigError(
+                f"the vocabulary has {len(vocab)} tokens, model.vocab_size={c.vocab_size}; make them agree"
+            )
         chars = char_table(vocab, c.max_chars) if vocab is not None else torch.zeros(c.vocab_size, c.max_chars)
         self.register_buffer("char_ids", chars.long())  # (vocab, max_chars)
         self.token_encoder = CharCNN(c)

@@ -23,10 +23,12 @@ from torch import nn
 import bertzoo.io as io
 from bertzoo.config import FinetuneConfig, ModelConfig, from_dict, read_json
 from bertzoo.convert import hf_task_of
+from bertzoo.elmo import Elmo
 from bertzoo.encdec import EncoderDecoder
 from bertzoo.errors import CheckpointError, ConfigError, DataError
 from bertzoo.model import Encoder
 from bertzoo.nn.adapter import adapter_size_from_state, add_adapters
+from bertzoo.objectives.bilm import BidirectionalLM
 from bertzoo.objectives.clm import CausalLM
 from bertzoo.objectives.electra import Electra
 from bertzoo.objectives.mlm import MaskedLM
@@ -140,10 +142,17 @@ def kind_of(raw: dict[str, Any], state: dict[str, torch.Tensor], is_hf: bool) ->
 # --- building it ----------------------------------------------------------------------------------
 
 
+def empty_encoder(config: ModelConfig) -> nn.Module:
+    """The (randomly initialised) backbone `config` describes: an Encoder, or the family's own (`encoder_model`:
+    XLNet)."""
+    own = getattr(get_variant(config.variant), "encoder_model", None)
+    return Encoder(config) if own is None else own(config)
+
+
 def load_encoder(path: str | Path) -> Encoder:
     """The Encoder of any model directory: a bertzoo encoder, pretraining checkpoint (ELECTRA: its
     discriminator) or fine-tuned model, or a Hugging Face model of a supported `model_type`; a family
-    whose backbone is not an Encoder builds its own (`encoder_model`: XLNet)."""
+    whose backbone is not an Encoder builds its own (`encoder_model`: XLNet, ELMo)."""
     directory = resolve(path)
     _, config, state, _ = read_checkpoint(directory)
     # An ELECTRA pretraining checkpoint holds a generator and a discriminator: the discriminator is the encoder.
@@ -152,8 +161,7 @@ def load_encoder(path: str | Path) -> Encoder:
     if "pooler.dense.weight" not in enc_state and config.pooler:
         # Checkpoints without a pooler (e.g. sentence-transformers exports) load without one.
         config.pooler = False
-    own = getattr(get_variant(config.variant), "encoder_model", None)  # a backbone that is no Encoder (XLNet)
-    encoder = Encoder(config) if own is None else own(config)
+    encoder = empty_encoder(config)
     bottleneck = adapter_size_from_state(enc_state)
     if bottleneck:
         add_adapters(encoder, bottleneck)  # a model fine-tuned with adapters: they are part of its encoder
@@ -163,7 +171,7 @@ def load_encoder(path: str | Path) -> Encoder:
 
 def load_pretraining(path: str | Path) -> nn.Module:
     """The pretraining module (encoder + heads) of a bertzoo or Hugging Face pretraining checkpoint:
-    the variant's own (`pretraining_model` hook: SpanBERT, ALBERT, ELECTRA, GPT) or a MaskedLM."""
+    the variant's own (`pretraining_model` hook: SpanBERT, ALBERT, ELECTRA, GPT, XLNet, ELMo) or a MaskedLM."""
     directory = resolve(path)
     raw, config, state, _ = read_checkpoint(directory)
     variant = get_variant(config.variant)
@@ -239,8 +247,8 @@ def load_finetuned(path: str | Path, overrides: dict[str, Any] | None = None):
         # Fine-tuned whole (seq2seq): the task model holds the EncoderDecoderLM's modules under their names.
         encoder = EncoderDecoderLM(model_config)
         _add_saved_adapters(encoder, state)
-    else:  # an encoder, or an encoder-decoder's encoder read by another task
-        encoder = Encoder(model_config)
+    else:  # an encoder (XLNet: its own backbone), or an encoder-decoder's encoder read by another task
+        encoder = empty_encoder(model_config)
         bottleneck = adapter_size_from_state({k: v for k, v in state.items() if k.startswith("encoder.")})
         if bottleneck:
             add_adapters(encoder, bottleneck)
@@ -303,6 +311,8 @@ def _attach_methods() -> None:
         CausalLM: _pretraining_from_pretrained,
         PermutationLM: _pretraining_from_pretrained,
         XLNet: _encoder_from_pretrained,
+        BidirectionalLM: _pretraining_from_pretrained,
+        Elmo: _encoder_from_pretrained,
         EncoderDecoder: _pretraining_from_pretrained,  # a checkpoint of one loads as EncoderDecoderLM
         EncoderDecoderLM: _pretraining_from_pretrained,
         TaskModel: _task_model_from_pretrained,

@@ -50,6 +50,18 @@ def _encoder(model: nn.Module) -> nn.Module:
     return encoder
 
 
+def _stack(encoder: nn.Module, technique: str) -> nn.Module:
+    """The encoder's layer stack; a ConfigError naming `technique` for a backbone without one (XLNet's
+    two-stream layers are no TransformerStack: adapters, depths and stages are not defined for them yet)."""
+    stack = getattr(encoder, "stack", None)
+    if stack is None:
+        raise ConfigError(
+            f"technique.{technique} is not available for {type(encoder).__name__} (no TransformerStack); "
+            "remove it (technique.freeze_encoder and technique.feature_layers work)"
+        )
+    return stack
+
+
 def _decoder(model: nn.Module) -> Decoder | None:
     """The decoder stack of an encoder-decoder model (T5, MASS), None for an encoder-only one."""
     decoder = getattr(model, "decoder", None)
@@ -73,7 +85,8 @@ def layer_depths(model: nn.Module) -> dict[int, int]:
     is depth 0."""
     encoder, decoder = _encoder(model), _decoder(model)
     top = num_depths(model)
-    stacks = [encoder.stack] if decoder is None else [encoder.stack, decoder.stack]
+    stack = _stack(encoder, "layer_lr_decay")
+    stacks = [stack] if decoder is None else [stack, decoder.stack]
     depth: dict[int, int] = {}
     for p in encoder.embeddings.parameters():
         depth.setdefault(id(p), 0)
@@ -152,6 +165,7 @@ def apply_adapters(model: nn.Module, bottleneck: int, *, train_layer_norms: bool
     adapter comes after the cross-attention sublayer, so what it reads from the encoder still passes one
     before the next layer, and the encoder's adapters already adapt what it reads."""
     encoder, decoder = _encoder(model), _decoder(model)
+    _stack(encoder, "adapter_size")  # where the adapters go
     added = add_adapters(encoder, bottleneck)
     if decoder is not None:
         added += add_adapters(decoder, bottleneck)
@@ -172,7 +186,8 @@ def unfreezing_stages(model: nn.Module) -> dict[int, int]:
     then down the encoder from its top layer, which feeds every decoder layer through cross-attention;
     the word table, the bottom of both stacks, comes last."""
     encoder, decoder = _encoder(model), _decoder(model)
-    stacks = [encoder.stack] if decoder is None else [decoder.stack, encoder.stack]
+    stack = _stack(encoder, "gradual_unfreezing")
+    stacks = [stack] if decoder is None else [decoder.stack, stack]
     stage: dict[int, int] = {}
     above = 0  # layers of the stacks before this one
     for stack in stacks:

@@ -147,6 +147,10 @@ class XLNet(nn.Module):
     `config.causal` is transformers' attn_type "uni"; no absolute positions (position "none"), no segment
     table (segments are compared, not embedded), no pooler."""
 
+    # None can be added either (transformers' XLNetModel has none): a task model reads a token's state instead,
+    # by default the last real one, as XLNet's own sequence summary does (bertzoo.tasks.base.poolable).
+    poolable = False
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         c = config

@@ -11,10 +11,12 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from bertzoo.batch import Batch
-from bertzoo.elmo import Elmo, ElmoConfig, char_table, preset
+from bertzoo.config import ModelConfig, from_dict
+from bertzoo.elmo import Elmo, char_table
 from bertzoo.errors import ConfigError
 from bertzoo.nn.scalar_mix import ScalarMix
 from bertzoo.objectives.bilm import BidirectionalLM
+from bertzoo.variants.elmo import model_config
 
 pytestmark = [
     pytest.mark.usefixtures("one_thread"),
@@ -22,6 +24,10 @@ pytestmark = [
 ]
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(30)] + [f"##p{i}" for i in range(28)]
+
+
+def preset(name: str, **overrides) -> ModelConfig:
+    return model_config({"preset": name, **overrides})
 
 
 def tiny(seed: int = 0, **overrides) -> Elmo:
@@ -70,9 +76,9 @@ def test_paper_preset_has_the_papers_sizes() -> None:
 @pytest.mark.parametrize("name", ["elmo", "elmo-mini", "elmo-tiny"])
 def test_configs_survive_json(name: str) -> None:
     config = preset(name)
-    assert ElmoConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
-    with pytest.raises(ConfigError, match="wider than max_chars"):
-        preset(name, max_chars=2)
+    assert from_dict(ModelConfig, json.loads(json.dumps(config.to_dict()))) == config
+    with pytest.raises(ConfigError, match="wider than max_chars=3"):
+        preset(name, max_chars=3, char_filters=[*config.char_filters, [4, 1]])
 
 
 def test_char_table_spells_tokens_with_markers_stripping_and_truncation() -> None:

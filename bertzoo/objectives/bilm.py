@@ -41,15 +41,16 @@ class BidirectionalLM(nn.Module):
 
     def __init__(self, elmo: Elmo) -> None:
         super().__init__()
-        self.elmo = elmo
+        # Named like every pretraining module's backbone, so a checkpoint's weights sit under `encoder.`.
+        self.encoder = elmo
 
     @property
     def config(self):
-        return self.elmo.config
+        return self.encoder.config
 
     def encode(self, batch: Batch) -> ElmoOutput:
         """The biLM pass over the batch."""
-        return self.elmo(batch.input_ids, batch.attention_mask)
+        return self.encoder(batch.input_ids, batch.attention_mask)
 
     def loss_counts(self, batch: Batch) -> dict[str, int]:
         """Items each loss term averages over (host-side, before the forward): see ObjectiveOutput."""
@@ -62,7 +63,7 @@ class BidirectionalLM(nn.Module):
 
         def head(hidden: torch.Tensor, selected: torch.Tensor) -> torch.Tensor:
             # The vocabulary projection runs on the predicting positions only; padding never reaches it.
-            return self.elmo.softmax(hidden[selected])  # (num_targets, vocab)
+            return self.encoder.softmax(hidden[selected])  # (num_targets, vocab)
 
         _, fwd_loss, metrics, counts = masked_lm_loss(out.forward_states, forward, head, "fwd")
         _, bwd_loss, bwd_metrics, bwd_counts = masked_lm_loss(out.backward_states, backward, head, "bwd")
@@ -80,7 +81,7 @@ class BidirectionalLM(nn.Module):
         )
 
     def checkpoint_fields(self) -> dict[str, Any]:
-        """What config.json needs beyond the ElmoConfig to rebuild this module."""
+        """What config.json needs beyond the ModelConfig to rebuild this module (`save_pretrained`)."""
         return {"objective": self.objective_name}
 
     @property

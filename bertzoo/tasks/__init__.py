@@ -13,6 +13,7 @@ from bertzoo.tasks.base import (
     Task,
     TaskModel,
     batched_logits,
+    poolable,
     resolve_pooling,
 )
 from bertzoo.tasks.classification import ClassificationTask
@@ -71,5 +72,6 @@ __all__ = [
     "batched_logits",
     "get_task",
     "mark_sentence_only",
+    "poolable",
     "resolve_pooling",
 ]

@@ -27,14 +27,21 @@ from bertzoo.objectives.clm import causal_lm_loss, lm_labels
 POOLINGS = ("auto", "cls", "mean", "last")
 
 
-def resolve_pooling(pooling: str, causal: bool) -> str:
+def poolable(encoder: nn.Module) -> bool:
+    """Whether `encoder` has (or can be given) a pooler on [CLS]: an Encoder. A backbone that cannot states
+    `poolable = False` (XLNet, whose layout and transformers' XLNetModel have none)."""
+    return bool(getattr(encoder, "poolable", True))
+
+
+def resolve_pooling(pooling: str, causal: bool, poolable: bool = True) -> str:
     """The sentence vector a task model reads for `technique.pooling`: `auto` is the pooled [CLS] of a
-    bidirectional encoder and the last real token of a causal one (GPT's extract token). `cls` on a causal
-    encoder is a ConfigError: its first token has seen only itself."""
+    bidirectional encoder and the last real token of a causal one (GPT's extract token) or of one without a
+    pooler (`poolable` False: XLNet, whose own sequence summary reads its last token; there `cls` is the
+    state of [CLS] itself). `cls` on a causal encoder is a ConfigError: its first token has seen only itself."""
     if pooling not in POOLINGS:
         raise ConfigError(f"technique.pooling={pooling!r} is not allowed; choose one of: {', '.join(POOLINGS)}")
     if pooling == "auto":
-        return "last" if causal else "cls"
+        return "last" if causal or not poolable else "cls"
     if pooling == "cls" and causal:
         raise ConfigError(
             "technique.pooling=cls on a left-to-right (causal) model reads a token that has seen only itself; "
@@ -133,7 +140,7 @@ class TaskModel(nn.Module):
     sequence features `encode()` returns hold that one position. `pooling="mean"` makes the sentence
     vector the mean of the sequence features over real tokens instead of the pooled [CLS], and
     `pooling="last"` the state of the last real token (see `resolve_pooling`; `auto` picks it for a causal
-    encoder, where only that token has seen the whole input).
+    encoder, where only that token has seen the whole input, and for one without a pooler: XLNet, see `poolable`).
 
     On a causal encoder with `lm_weight` > 0, `features()` also gives GPT's auxiliary next-token loss over
     the input tokens, with the LM head tied to the word embeddings; a subclass adds it with `with_lm`.
@@ -159,7 +166,13 @@ class TaskModel(nn.Module):
         self.encoder = encoder
         self.feature_layers = feature_layers
         self.feature_mix = feature_mix
-        self.pooling = resolve_pooling(pooling, self.causal)
+        self.poolable = poolable(encoder)
+        self.pooling = resolve_pooling(pooling, self.causal, self.poolable)
+        # XLNet's query stream (from its learned start vector) serves pretraining alone: no task runs it, and a
+        # parameter left without a gradient would stall DDP.
+        query_start = getattr(encoder, "mask_emb", None)
+        if isinstance(query_start, nn.Parameter):
+            query_start.requires_grad_(False)
         hidden = c.hidden_size
         self.mix = ScalarMix(feature_layers) if feature_layers and feature_mix == "weighted" else None
         self.feature_dim = hidden * feature_layers if feature_layers and feature_mix == "concat" else hidden
@@ -193,15 +206,12 @@ class TaskModel(nn.Module):
         ids = batch.input_ids.reshape(-1, batch.input_ids.size(-1))
         mask = batch.attention_mask.reshape(ids.shape) if batch.attention_mask is not None else None
         types = batch.token_type_ids.reshape(ids.shape) if batch.token_type_ids is not None else None
-        cls_only = not self.reads_sequence and not self.feature_layers and self.pooling == "cls"
+        pooled = self.poolable and self.pooling == "cls" and not self.feature_layers
+        # An Encoder's savings: the top layer for [CLS] alone, and an unread pooler not run (DDP would wait for
+        # its gradients). A backbone without a pooler (XLNet) takes neither and computes every position.
+        extra = {"top_queries": 1 if pooled and not self.reads_sequence else None, "pool": pooled}
         out = self.encoder(
-            ids,
-            mask,
-            types,
-            output_hidden_states=bool(self.feature_layers),
-            top_queries=1 if cls_only else None,
-            # An unread pooler must not run (DDP would wait for its gradients).
-            pool=self.pooling == "cls" and not self.feature_layers,
+            ids, mask, types, output_hidden_states=bool(self.feature_layers), **(extra if self.poolable else {})
         )
         if not self.feature_layers:
             seq = out.last_hidden_state
@@ -213,8 +223,9 @@ class TaskModel(nn.Module):
         elif self.pooling == "last":
             sentence = last_token(seq, mask)
         else:
-            # Plain fine-tuning reads the pooler (as BERT's classifiers do); feature mixes read [CLS] itself.
-            sentence = out.pooler_output if not self.feature_layers and out.pooler_output is not None else seq[:, 0]
+            # Plain fine-tuning reads the pooler (as BERT's classifiers do); feature mixes and a backbone without
+            # a pooler read [CLS] itself.
+            sentence = out.pooler_output if pooled and out.pooler_output is not None else seq[:, 0]
         lm = None
         # Training only: GPT's L3 = L2 + lambda L1 is what is optimised; evaluation scores the task alone.
         if with_lm and self.lm_head is not None and self.training and batch.labels is not None:

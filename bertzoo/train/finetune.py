@@ -33,7 +33,7 @@ from bertzoo.errors import CheckpointError, ConfigError, DataError
 from bertzoo.io import FINETUNE_CONFIG
 from bertzoo.loading import BUILTIN_PREFIX, HUB_PREFIX, load_finetuned
 from bertzoo.loading import resolve as resolve_model_path  # a model spec: path, builtin:NAME or hf:ID
-from bertzoo.tasks import POOLED_TASKS, TASKS, get_task, mark_sentence_only, resolve_pooling
+from bertzoo.tasks import POOLED_TASKS, TASKS, get_task, mark_sentence_only, poolable, resolve_pooling
 from bertzoo.train.evaluation import BEST_DIR
 
 MODEL_DIR = "model"
@@ -114,9 +114,9 @@ def build_encoder(cfg: FinetuneConfig, tokenizer) -> nn.Module:
 
 
 def _encoder_from_config(config) -> nn.Module:
-    from bertzoo.model import Encoder
+    from bertzoo.loading import empty_encoder
 
-    return Encoder(config)
+    return empty_encoder(config)
 
 
 def _seeded(seed: int, fn):
@@ -148,8 +148,11 @@ def has_split(cfg: FinetuneConfig, split: str) -> bool:
 def build_model(task, encoder: nn.Module, cfg: FinetuneConfig) -> nn.Module:
     """task.build(encoder), with the head config completed for saving (task name, labels, problem)."""
     t = cfg.technique
-    # Only a [CLS] classifier reads a pooler (a causal model's auto pooling is its last token: none added).
-    if cfg.task in POOLED_TASKS and not t.feature_layers and resolve_pooling(t.pooling, encoder.config.causal) == "cls":
+    # Only a [CLS] classifier reads a pooler (a causal model's auto pooling is its last token: none added), and
+    # only an Encoder takes one (XLNet: auto pooling is its last token, `cls` the state of [CLS] itself).
+    pooled = poolable(encoder)
+    cls = resolve_pooling(t.pooling, encoder.config.causal, pooled) == "cls"
+    if cfg.task in POOLED_TASKS and not t.feature_layers and cls and pooled:
         _seeded(cfg.train.seed + 1, lambda: add_pooler(encoder))
     model = _seeded(cfg.train.seed, lambda: task.build(encoder))
     if cfg.model and getattr(model, "pretrained_head_prefix", None):

@@ -25,7 +25,8 @@ def build_pretraining(cfg: PretrainConfig):
     segments, token masking) is used. `run_tokenizer(cfg, tokenizer)` may extend the shards' tokenizer
     at the end (T5's sentinels; the run saves the extended one) and `model_defaults(tokenizer)` give
     model fields that follow the tokenizer (T5's decoder start id) before the generic ones.
-    `build(model_config, objective, **cfg.objective_args)` makes the trainable module.
+    `build(model_config, objective, **cfg.objective_args)` makes the trainable module, and
+    `use_tokenizer(module, tokenizer)` fills what it takes from the vocabulary (ELMo's character table).
     """
     from bertzoo.data.collate import PretrainingCollator
     from bertzoo.data.shards import ShardedCorpus
@@ -62,6 +63,8 @@ def build_pretraining(cfg: PretrainConfig):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.train.seed)
         objective = variant.build(model_cfg, objective=_objective_name(cfg, variant), **cfg.objective_args)
+        if hasattr(variant, "use_tokenizer"):
+            variant.use_tokenizer(objective, tokenizer)
     if cfg.mlm_bias_init == "unigram":
         if not init_mlm_bias(objective, unigram_counts(corpus, tokenizer.vocab_size, tokenizer.special_ids)):
             raise ConfigError(
@@ -224,7 +227,9 @@ def make_mlm_evaluator(
                 totals[key] = totals.get(key, 0.0) + float(value) * w
                 weights[key] = weights.get(key, 0.0) + w
         result = {f"eval_{k}": totals[k] / weights[k] for k in totals if weights[k] > 0}
-        for name in ("mlm", "lm"):  # masked-LM or next-token (causal LM) perplexity
+        # Masked-LM, next-token (causal LM) and the biLM's forward / backward perplexity: exp of the loss over
+        # all scored tokens (a mean of per-batch perplexities is not the perplexity of the set).
+        for name in ("mlm", "lm", "fwd", "bwd"):
             if f"eval_{name}_loss" in result:
                 result[f"eval_{name}_ppl"] = math.exp(min(result[f"eval_{name}_loss"], 50.0))
         return result
@@ -236,6 +241,7 @@ def pretrain(cfg: PretrainConfig, resume: str | None = None) -> dict[str, Any]:
     """Run (or resume) a pretraining job; returns the trainer's summary (plus the unigram baseline
     and final held-out metrics when `data.eval_shards` is set)."""
     from bertzoo.data.shards import ShardedCorpus
+    from bertzoo.objectives.bilm import BidirectionalLM
     from bertzoo.objectives.clm import CausalLM
     from bertzoo.objectives.seq2seq_lm import EncoderDecoderLM
     from bertzoo.train.loop import Trainer
@@ -246,7 +252,9 @@ def pretrain(cfg: PretrainConfig, resume: str | None = None) -> dict[str, Any]:
         batches = fixed_eval_batches(cfg, tokenizer, collator)
         corpus = ShardedCorpus(cfg.data.shards)
         counts = unigram_counts(corpus, tokenizer.vocab_size, tokenizer.special_ids)
-        causal = isinstance(objective, CausalLM)
+        # A biLM's forward LM scores what a causal LM does (every token after the first), so its baseline is
+        # the next-token one; its backward LM's targets differ by one token per block (the first, not the last).
+        causal = isinstance(objective, (CausalLM, BidirectionalLM))
         seq2seq = isinstance(objective, EncoderDecoderLM)
         if causal or seq2seq:
             # Both predict tokens that never occur in the corpus text: separators, T5's sentinels and end

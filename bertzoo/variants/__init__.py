@@ -14,7 +14,9 @@ and optionally:
   `HF_FAMILIES` and picks one for a config with `hf_family_for(config)`;
 * `export_hf(module, directory)`: writes its own modules that the generic exporter cannot (ELECTRA's);
 * `encoder_model(config)`: the empty backbone an encoder directory loads into, when it is not an `Encoder`
-  (XLNet's two-stream stack).
+  (XLNet's two-stream stack, ELMo's biLSTM);
+* `use_tokenizer(module, tokenizer)`: fills in what a freshly built module takes from the run's tokenizer
+  rather than from its config (ELMo's character table, spelled from the vocabulary).
 """
 
 from __future__ import annotations
@@ -25,7 +27,21 @@ from typing import Any
 from bertzoo.config import ModelConfig
 from bertzoo.errors import CheckpointError, ConfigError
 from bertzoo.hf_keys import HFFamily
-from bertzoo.variants import albert, bert, distilbert, electra, ernie, gpt, mass, roberta, spanbert, t5, unilm, xlnet
+from bertzoo.variants import (
+    albert,
+    bert,
+    distilbert,
+    electra,
+    elmo,
+    ernie,
+    gpt,
+    mass,
+    roberta,
+    spanbert,
+    t5,
+    unilm,
+    xlnet,
+)
 
 VARIANTS: dict[str, ModuleType] = {
     "bert": bert,
@@ -40,6 +56,7 @@ VARIANTS: dict[str, ModuleType] = {
     "t5": t5,
     "mass": mass,
     "xlnet": xlnet,
+    "elmo": elmo,
 }
 
 
