@@ -33,8 +33,10 @@ from bertzoo.objectives.clm import CausalLM
 from bertzoo.objectives.electra import Electra
 from bertzoo.objectives.mlm import MaskedLM
 from bertzoo.objectives.plm import PermutationLM
+from bertzoo.objectives.recurrent_lm import RecurrentLM
 from bertzoo.objectives.seq2seq_lm import EncoderDecoderLM
 from bertzoo.tasks.base import TaskModel
+from bertzoo.transfo_xl import TransfoXL
 from bertzoo.variants import get_variant, hf_family
 from bertzoo.xlnet import XLNet
 
@@ -171,7 +173,8 @@ def load_encoder(path: str | Path) -> Encoder:
 
 def load_pretraining(path: str | Path) -> nn.Module:
     """The pretraining module (encoder + heads) of a bertzoo or Hugging Face pretraining checkpoint:
-    the variant's own (`pretraining_model` hook: SpanBERT, ALBERT, ELECTRA, GPT, XLNet, ELMo) or a MaskedLM."""
+    the variant's own (`pretraining_model` hook: SpanBERT, ALBERT, ELECTRA, GPT, XLNet, ELMo, Transformer-XL) or
+    a MaskedLM."""
     directory = resolve(path)
     raw, config, state, _ = read_checkpoint(directory)
     variant = get_variant(config.variant)
@@ -313,6 +316,8 @@ def _attach_methods() -> None:
         XLNet: _encoder_from_pretrained,
         BidirectionalLM: _pretraining_from_pretrained,
         Elmo: _encoder_from_pretrained,
+        RecurrentLM: _pretraining_from_pretrained,
+        TransfoXL: _encoder_from_pretrained,
         EncoderDecoder: _pretraining_from_pretrained,  # a checkpoint of one loads as EncoderDecoderLM
         EncoderDecoderLM: _pretraining_from_pretrained,
         TaskModel: _task_model_from_pretrained,

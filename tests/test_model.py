@@ -71,8 +71,8 @@ def test_every_preset_builds_and_trains_a_step():
             out.loss.backward()
             assert torch.isfinite(out.loss)
             # The token table: a word table, or ELMo's character embeddings (it has no word table).
-            tokens = getattr(model.encoder, "embeddings", None) or model.encoder.token_encoder
-            table = tokens.word if hasattr(tokens, "word") else tokens.char_embeddings
+            enc = model.encoder
+            table = enc.word_embeddings if hasattr(enc, "word_embeddings") else enc.token_encoder.char_embeddings
             assert table.weight.grad is not None
     assert "bert-mini" in preset_names()
 

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 
 from bertzoo.errors import ConfigError
 from bertzoo.nn.relative_attention import RelativeSelfAttention, relative_distances, relative_sinusoids
-from bertzoo.transfo_xl import PRESETS, TransfoXL, TransfoXLConfig, preset, stream_nll
+from bertzoo.transfo_xl import TransfoXL, stream_nll
+from bertzoo.variants.transfo_xl import PRESETS, model_config
 
 VOCAB = 50
 
@@ -22,10 +23,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def tiny(**overrides) -> TransfoXL:
     # init_std 0.2, not 0.02: attention far from uniform, so that far tokens and positions visibly matter.
-    fields = dict(vocab_size=VOCAB, n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, mem_len=16, dropout=0.0)
-    fields["init_std"] = 0.2
+    fields = dict(vocab_size=VOCAB, num_layers=2, hidden_size=32, num_heads=2, attention_head_size=16)
+    fields.update(intermediate_size=64, mem_len=16, dropout=0.0, attention_dropout=0.0, initializer_range=0.2)
     torch.manual_seed(0)
-    return TransfoXL(TransfoXLConfig(**{**fields, **overrides})).eval()
+    return TransfoXL(model_config({**fields, **overrides})).eval()
 
 
 def ids(batch: int, length: int, seed: int = 1) -> torch.Tensor:
@@ -152,7 +153,7 @@ def test_recurrence_with_enough_memory_equals_one_pass(mem_len: int) -> None:
 def test_one_layer_with_one_segment_of_memory_sees_exactly_the_previous_segment() -> None:
     """With mem_len = L and one layer, segment 3 reads the embeddings of segment 2 and nothing else: its logits
     are those of a pass over segments 2-3 alone."""
-    model, tokens, seg = tiny(n_layer=1, mem_len=5), ids(2, 15), 5
+    model, tokens, seg = tiny(num_layers=1, mem_len=5), ids(2, 15), 5
     pieces, _ = run_segments(model, tokens, seg)
     alone = model(tokens[:, seg:]).logits[:, seg:]
     torch.testing.assert_close(pieces[2], alone, atol=1e-5, rtol=0)
@@ -162,7 +163,7 @@ def test_one_layer_with_one_segment_of_memory_sees_exactly_the_previous_segment(
 def test_limited_memory_reaches_back_n_layer_segments() -> None:
     """With mem_len = L, layer l's memory of segment s depends on segments s - l .. s, so a 2-layer model's
     segment 3 depends on segments 1-3 (the context grows with depth) and not at all on segment 0."""
-    model, tokens, seg = tiny(n_layer=2, mem_len=5), ids(1, 20), 5
+    model, tokens, seg = tiny(num_layers=2, mem_len=5), ids(1, 20), 5
     base = run_segments(model, tokens, seg)[0][3]
     far, near = tokens.clone(), tokens.clone()
     far[0, 2] = (far[0, 2] + 1) % VOCAB  # segment 0
@@ -215,21 +216,26 @@ def test_gradient_stops_at_the_memory() -> None:
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_presets_build_and_run(name: str) -> None:
-    config = preset(name, vocab_size=VOCAB, dropout=0.0)
+    config = model_config({"preset": name, "vocab_size": VOCAB, "dropout": 0.0})
     model = TransfoXL(config).eval()
     hidden, logits, mems = model(ids(1, 4))
-    assert hidden.shape == (1, 4, config.d_model) and logits.shape == (1, 4, VOCAB)
-    assert len(mems) == config.n_layer
-    assert model(ids(1, 3), mems).mems[0].shape == (1, 7, config.d_model)
+    assert hidden.shape == (1, 4, config.hidden_size) and logits.shape == (1, 4, VOCAB)
+    assert len(mems) == config.num_layers
+    assert model(ids(1, 3), mems).mems[0].shape == (1, 7, config.hidden_size)
 
 
 def test_mini_preset_sizes_and_bad_configs() -> None:
-    mini = PRESETS["transfo-xl-mini"]
-    assert (mini.n_layer, mini.d_model, mini.n_head, mini.d_inner) == (4, 256, 4, 1024)
-    with pytest.raises(ConfigError):
-        preset("transfo-xl-huge")
-    with pytest.raises(ConfigError):
-        TransfoXLConfig(mem_len=-1)
+    mini = model_config({"preset": "transfo-xl-mini"})
+    assert (mini.num_layers, mini.hidden_size, mini.num_heads, mini.intermediate_size) == (4, 256, 4, 1024)
+    assert (mini.causal, mini.norm, mini.hidden_act, mini.position) == (True, "post", "relu", "none")
+    with pytest.raises(ConfigError, match="not a Transformer-XL preset"):
+        model_config({"preset": "transfo-xl-huge"})
+    with pytest.raises(ConfigError, match="mem_len"):
+        model_config({"mem_len": -1})
+    with pytest.raises(ConfigError, match="model.norm='pre'"):
+        TransfoXL(model_config({"norm": "pre"}))
+    with pytest.raises(ConfigError, match="sin/cos"):
+        TransfoXL(model_config({"hidden_size": 33, "num_heads": 3}))
 
 
 def test_a_tiny_lm_learns_a_repeated_sequence_across_segments() -> None:

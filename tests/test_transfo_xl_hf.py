@@ -18,11 +18,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bertzoo.errors import CheckpointError
-from bertzoo.transfo_xl import (
-    TransfoXL,
-    TransfoXLConfig,
+from bertzoo.transfo_xl import TransfoXL
+from bertzoo.variants.transfo_xl import (
     config_from_hf,
     config_to_hf,
+    model_config,
     state_dict_from_hf,
     state_dict_to_hf,
 )
@@ -80,7 +80,7 @@ def ours_on(model: TransfoXL, ids: torch.Tensor) -> dict[str, torch.Tensor]:
     # transformers (like the original TensorFlow code) starts from mem_len zero vectors of memory, which the
     # first segment attends to; ours starts from none (the original PyTorch code), so give it those zeros.
     c = model.config
-    out, mems = {}, [torch.zeros(ids.size(0), c.mem_len, c.d_model) for _ in range(c.n_layer)]
+    out, mems = {}, [torch.zeros(ids.size(0), c.mem_len, c.hidden_size) for _ in range(c.num_layers)]
     with torch.no_grad():
         for s, seg in enumerate(ids.split(ids.size(1) // 2, dim=1)):
             hidden, logits, mems = model(seg, mems)
@@ -89,8 +89,19 @@ def ours_on(model: TransfoXL, ids: torch.Tensor) -> dict[str, torch.Tensor]:
     return out
 
 
-CONFIG = TransfoXLConfig(
-    vocab_size=97, n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, mem_len=6, clamp_len=5, dropout=0.0
+CONFIG = model_config(
+    {
+        "vocab_size": 97,
+        "num_layers": 2,
+        "hidden_size": 32,
+        "num_heads": 2,
+        "attention_head_size": 16,
+        "intermediate_size": 64,
+        "mem_len": 6,
+        "clamp_len": 5,
+        "dropout": 0.0,
+        "attention_dropout": 0.0,
+    }
 )
 
 
@@ -147,11 +158,11 @@ def test_shared_biases_of_untie_r_false_go_into_every_layer():
     torch.manual_seed(2)
     hf = state_dict_to_hf(TransfoXL(CONFIG))
     shared_u, shared_v = torch.randn(2, 16), torch.randn(2, 16)
-    for i in range(CONFIG.n_layer):
+    for i in range(CONFIG.num_layers):
         del hf[f"transformer.layers.{i}.dec_attn.r_w_bias"], hf[f"transformer.layers.{i}.dec_attn.r_r_bias"]
     hf["transformer.r_w_bias"], hf["transformer.r_r_bias"] = shared_u, shared_v
     ours = state_dict_from_hf(hf, CONFIG)
-    for i in range(CONFIG.n_layer):
+    for i in range(CONFIG.num_layers):
         assert torch.equal(ours[f"layers.{i}.attn.u"], shared_u) and torch.equal(ours[f"layers.{i}.attn.v"], shared_v)
 
 

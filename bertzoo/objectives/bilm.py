@@ -39,6 +39,8 @@ def bilm_targets(
 class BidirectionalLM(nn.Module):
     """loss = (mean forward next-token cross-entropy + mean backward previous-token cross-entropy) / 2."""
 
+    predicts_next_token = True  # its held-out baseline is the next-token unigram (bertzoo.train.pretrain)
+
     def __init__(self, elmo: Elmo) -> None:
         super().__init__()
         # Named like every pretraining module's backbone, so a checkpoint's weights sit under `encoder.`.

@@ -51,6 +51,8 @@ def perplexity(mean_loss: float | torch.Tensor) -> float:
 class CausalLM(Generates, nn.Module):
     """loss = mean next-token cross-entropy over the real tokens of a causal (decoder-only) encoder."""
 
+    predicts_next_token = True  # its held-out baseline is the next-token unigram (bertzoo.train.pretrain)
+
     def __init__(self, encoder: Encoder) -> None:
         super().__init__()
         c = encoder.config

@@ -159,6 +159,9 @@ class TaskModel(nn.Module):
         lm_weight: float = 0.0,
     ) -> None:
         super().__init__()
+        refusal = getattr(encoder, "task_refusal", "")  # a backbone the task code cannot read says why
+        if refusal:
+            raise ConfigError(refusal)
         c = encoder.config
         self.causal = bool(getattr(c, "causal", False))
         if self.causal and self.causal_refusal:

@@ -241,8 +241,6 @@ def pretrain(cfg: PretrainConfig, resume: str | None = None) -> dict[str, Any]:
     """Run (or resume) a pretraining job; returns the trainer's summary (plus the unigram baseline
     and final held-out metrics when `data.eval_shards` is set)."""
     from bertzoo.data.shards import ShardedCorpus
-    from bertzoo.objectives.bilm import BidirectionalLM
-    from bertzoo.objectives.clm import CausalLM
     from bertzoo.objectives.seq2seq_lm import EncoderDecoderLM
     from bertzoo.train.loop import Trainer
 
@@ -252,9 +250,10 @@ def pretrain(cfg: PretrainConfig, resume: str | None = None) -> dict[str, Any]:
         batches = fixed_eval_batches(cfg, tokenizer, collator)
         corpus = ShardedCorpus(cfg.data.shards)
         counts = unigram_counts(corpus, tokenizer.vocab_size, tokenizer.special_ids)
-        # A biLM's forward LM scores what a causal LM does (every token after the first), so its baseline is
-        # the next-token one; its backward LM's targets differ by one token per block (the first, not the last).
-        causal = isinstance(objective, (CausalLM, BidirectionalLM))
+        # Objectives scored on every next token (a causal LM, Transformer-XL's segments, a biLM's forward LM)
+        # declare `predicts_next_token`: their baseline is the next-token one (a biLM's backward LM's targets
+        # differ by one token per block, the first, not the last).
+        causal = bool(getattr(objective, "predicts_next_token", False))
         seq2seq = isinstance(objective, EncoderDecoderLM)
         if causal or seq2seq:
             # Both predict tokens that never occur in the corpus text: separators, T5's sentinels and end

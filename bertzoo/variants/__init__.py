@@ -39,6 +39,7 @@ from bertzoo.variants import (
     roberta,
     spanbert,
     t5,
+    transfo_xl,
     unilm,
     xlnet,
 )
@@ -56,6 +57,7 @@ VARIANTS: dict[str, ModuleType] = {
     "t5": t5,
     "mass": mass,
     "xlnet": xlnet,
+    "transfo-xl": transfo_xl,
     "elmo": elmo,
 }
 
