@@ -162,12 +162,27 @@ class ElmoOutput:
     forward_states: torch.Tensor
     backward_states: torch.Tensor
 
+    @property
+    def last_hidden_state(self) -> torch.Tensor:
+        """The top biLSTM layer's [forward; backward], (batch, seq, 2 * hidden): what a task reads by default."""
+        return self.hidden_states[-1]
+
 
 class Elmo(nn.Module):
     """Character CNN + separate forward and backward LSTM stacks + one softmax shared by both directions.
 
     `vocab` fills the character table (a buffer, saved with the weights); without it the table is zeros
-    until `load_state_dict` fills it."""
+    until `load_state_dict` fills it.
+
+    As a task backbone (bertzoo.tasks.base.TaskModel) it is read feature-based, as the paper uses it: its
+    layers are `ElmoOutput.hidden_states`, each `output_size` = 2 x hidden wide."""
+
+    # No pooler and no [CLS] to give one: a sentence is the mean of its tokens' states. The last token's
+    # forward half has read the sentence but its backward half only itself (the first token's the reverse).
+    poolable = False
+    auto_pooling = "mean"
+    # The biLM's softmax serves pretraining alone; a task never runs it (and DDP must not wait for it).
+    task_unused = ("softmax",)
 
     def __init__(self, config: ModelConfig, vocab: Sequence[str] | None = None) -> None:
         super().__init__()
@@ -186,8 +201,22 @@ class Elmo(nn.Module):
         # One Linear, so one weight and one bias, for both directions (the paper ties them).
         self.softmax = nn.Linear(c.hidden_size, c.vocab_size)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> ElmoOutput:
-        """(batch, seq) token ids of a right-padded batch (attention_mask 1 = real token)."""
+    @property
+    def output_size(self) -> int:
+        """Width of every layer it hands out: [forward; backward] (the token layer: [x; x])."""
+        return 2 * self.config.hidden_size
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        *,
+        output_hidden_states: bool = True,
+    ) -> ElmoOutput:
+        """(batch, seq) token ids of a right-padded batch (attention_mask 1 = real token). `token_type_ids`
+        and `output_hidden_states` are the task code's encoder call: ELMo has no segments, and every layer
+        is computed on the way up, so `hidden_states` is always there."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         mask = attention_mask.bool().unsqueeze(-1)  # (batch, seq, 1)

@@ -150,6 +150,8 @@ class XLNet(nn.Module):
     # None can be added either (transformers' XLNetModel has none): a task model reads a token's state instead,
     # by default the last real one, as XLNet's own sequence summary does (bertzoo.tasks.base.poolable).
     poolable = False
+    # The query stream (from its learned start vector) serves pretraining alone: no task runs it.
+    task_unused = ("mask_emb",)
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()

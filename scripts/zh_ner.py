@@ -34,6 +34,25 @@ def run(args: list[str]) -> None:
         sys.exit(1)
 
 
+def prepare_text(out: Path, vocab_size: int, reviews: bool = True) -> Path:
+    """Steps 1-2 under `out` (each reused when there): corpus.txt, a WordPiece tokenizer of `vocab_size`
+    trained on it and its shards, whose directory is returned. `reviews`: add the sentiment reviews."""
+    out.mkdir(parents=True, exist_ok=True)
+    corpus = out / "corpus.txt"
+    if not corpus.is_file():
+        lines = ["".join(ex["tokens"]) for ex in load_builtin_task("peoples-daily-ner", "train")]
+        # Consecutive sentences of a line stay together: documents of ~8 sentences for NSP.
+        docs = ["\n".join(lines[i : i + 8]) for i in range(0, len(lines), 8)]
+        docs += list(read_documents(["builtin:chinese-sentiment"])) if reviews else []
+        corpus.write_text("\n\n".join(docs) + "\n", encoding="utf-8")
+    tok, shards = out / "tokenizer", out / "shards"
+    if not (tok / "tokenizer.json").is_file():
+        run(["tokenizer", "train", "--input", str(corpus), "--out", str(tok), "--vocab-size", str(vocab_size)])
+    if not (shards / "meta.json").is_file():
+        run(["prepare", "--input", str(corpus), "--tokenizer", str(tok), "--out", str(shards)])
+    return shards
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="runs/zh")
@@ -44,19 +63,7 @@ def main() -> None:
     ap.add_argument("--scratch", action="store_true", help="also fine-tune the same architecture from random init")
     args = ap.parse_args()
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    corpus = out / "corpus.txt"
-    if not corpus.is_file():
-        lines = ["".join(ex["tokens"]) for ex in load_builtin_task("peoples-daily-ner", "train")]
-        reviews = list(read_documents(["builtin:chinese-sentiment"]))
-        # Consecutive sentences of a line stay together: documents of ~8 sentences for NSP.
-        docs = ["\n".join(lines[i : i + 8]) for i in range(0, len(lines), 8)] + reviews
-        corpus.write_text("\n\n".join(docs) + "\n", encoding="utf-8")
-    tok, shards, pre = out / "tokenizer", out / "shards", out / "pretrain"
-    if not (tok / "tokenizer.json").is_file():
-        run(["tokenizer", "train", "--input", str(corpus), "--out", str(tok), "--vocab-size", str(args.vocab_size)])
-    if not (shards / "meta.json").is_file():
-        run(["prepare", "--input", str(corpus), "--tokenizer", str(tok), "--out", str(shards)])
+    shards, pre = prepare_text(out, args.vocab_size), out / "pretrain"
     steps = args.steps or max(50, round(args.minutes * 60 * 1.5))
     if not (pre / "summary.json").is_file():  # written when a pretraining session ends (done or capped)
         run([

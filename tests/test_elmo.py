@@ -173,7 +173,7 @@ def test_scalar_mix_weights_layers_by_softmax_and_scales_by_gamma() -> None:
     # At the start s = 0: the plain mean of the layers.
     torch.testing.assert_close(mix(layers), (layers[0] + layers[1] + layers[2]) / 3)
     with torch.no_grad():
-        mix.scalars.copy_(torch.tensor([0.0, 40.0, 0.0]))  # softmax ~ (0, 1, 0): e^-40 ~ 4e-18
+        mix.weights.copy_(torch.tensor([0.0, 40.0, 0.0]))  # softmax ~ (0, 1, 0): e^-40 ~ 4e-18
         mix.gamma.fill_(2.5)
     torch.testing.assert_close(mix(layers), 2.5 * layers[1])
     with pytest.raises(ValueError, match="3 layers"):

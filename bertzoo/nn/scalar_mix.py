@@ -16,13 +16,13 @@ class ScalarMix(nn.Module):
 
     def __init__(self, num_layers: int) -> None:
         super().__init__()
-        self.scalars = nn.Parameter(torch.zeros(num_layers))  # s, (num_layers,)
+        self.weights = nn.Parameter(torch.zeros(num_layers))  # s, (num_layers,); `weights` in saved task models
         self.gamma = nn.Parameter(torch.ones(()))
 
     def forward(self, layers: Sequence[torch.Tensor]) -> torch.Tensor:
         """num_layers tensors of one shape, e.g. (batch, seq, dim) -> their mix, the same shape."""
-        if len(layers) != self.scalars.numel():
-            raise ValueError(f"ScalarMix was built for {self.scalars.numel()} layers, got {len(layers)}")
-        weights = torch.softmax(self.scalars, dim=0)  # (num_layers,)
+        if len(layers) != self.weights.numel():
+            raise ValueError(f"ScalarMix was built for {self.weights.numel()} layers, got {len(layers)}")
+        weights = torch.softmax(self.weights, dim=0)  # (num_layers,)
         stacked = torch.stack(tuple(layers), dim=0)  # (num_layers, *shape)
         return self.gamma * torch.einsum("l,l...->...", weights.to(stacked.dtype), stacked)

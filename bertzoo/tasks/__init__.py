@@ -13,6 +13,7 @@ from bertzoo.tasks.base import (
     Task,
     TaskModel,
     batched_logits,
+    output_width,
     poolable,
     resolve_pooling,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "batched_logits",
     "get_task",
     "mark_sentence_only",
+    "output_width",
     "poolable",
     "resolve_pooling",
 ]

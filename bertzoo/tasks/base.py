@@ -22,6 +22,7 @@ from bertzoo.data.mixture import Mixture
 from bertzoo.errors import ConfigError
 from bertzoo.heads import LMHead
 from bertzoo.nn.masks import masked_mean
+from bertzoo.nn.scalar_mix import ScalarMix
 from bertzoo.objectives.clm import causal_lm_loss, lm_labels
 
 POOLINGS = ("auto", "cls", "mean", "last")
@@ -33,15 +34,24 @@ def poolable(encoder: nn.Module) -> bool:
     return bool(getattr(encoder, "poolable", True))
 
 
-def resolve_pooling(pooling: str, causal: bool, poolable: bool = True) -> str:
-    """The sentence vector a task model reads for `technique.pooling`: `auto` is the pooled [CLS] of a
-    bidirectional encoder and the last real token of a causal one (GPT's extract token) or of one without a
-    pooler (`poolable` False: XLNet, whose own sequence summary reads its last token; there `cls` is the
-    state of [CLS] itself). `cls` on a causal encoder is a ConfigError: its first token has seen only itself."""
+def output_width(encoder: nn.Module) -> int:
+    """Width of each layer state a backbone hands a task: `config.hidden_size`, or the backbone's own
+    `output_size` where they differ (ELMo: [forward; backward], 2 x hidden_size)."""
+    return int(getattr(encoder, "output_size", encoder.config.hidden_size))
+
+
+def resolve_pooling(pooling: str, encoder: nn.Module) -> str:
+    """The sentence vector a task model on `encoder` reads for `technique.pooling`: `auto` is the backbone's
+    own choice where it names one (`auto_pooling`: ELMo's mean), else the pooled [CLS] of a bidirectional
+    encoder and the last real token of a causal one (GPT's extract token) or of one without a pooler
+    (`poolable` False: XLNet, whose own sequence summary reads its last token; there `cls` is the state of
+    [CLS] itself). `cls` on a causal encoder is a ConfigError: its first token has seen only itself."""
     if pooling not in POOLINGS:
         raise ConfigError(f"technique.pooling={pooling!r} is not allowed; choose one of: {', '.join(POOLINGS)}")
+    causal = bool(getattr(encoder.config, "causal", False))
     if pooling == "auto":
-        return "last" if causal or not poolable else "cls"
+        own = getattr(encoder, "auto_pooling", None)
+        return own or ("last" if causal or not poolable(encoder) else "cls")
     if pooling == "cls" and causal:
         raise ConfigError(
             "technique.pooling=cls on a left-to-right (causal) model reads a token that has seen only itself; "
@@ -115,19 +125,6 @@ class EvalResult:
     report: dict[str, Any] = field(default_factory=dict)  # e.g. confusion matrix, per-label table
 
 
-class ScalarMix(nn.Module):
-    """ELMo's task-weighted layer mix: gamma * sum_k softmax(w)_k * h_k."""
-
-    def __init__(self, num_layers: int) -> None:
-        super().__init__()
-        self.weights = nn.Parameter(torch.zeros(num_layers))
-        self.gamma = nn.Parameter(torch.ones(()))
-
-    def forward(self, layers: Sequence[torch.Tensor]) -> torch.Tensor:
-        w = self.weights.softmax(0)
-        return self.gamma * sum(wk * h for wk, h in zip(w, layers, strict=True))
-
-
 class TaskModel(nn.Module):
     """Base of every fine-tuning model: an encoder plus a task head; the subclass's forward owns the loss.
 
@@ -170,15 +167,20 @@ class TaskModel(nn.Module):
         self.feature_layers = feature_layers
         self.feature_mix = feature_mix
         self.poolable = poolable(encoder)
-        self.pooling = resolve_pooling(pooling, self.causal, self.poolable)
-        # XLNet's query stream (from its learned start vector) serves pretraining alone: no task runs it, and a
-        # parameter left without a gradient would stall DDP.
-        query_start = getattr(encoder, "mask_emb", None)
-        if isinstance(query_start, nn.Parameter):
-            query_start.requires_grad_(False)
+        self.pooling = resolve_pooling(pooling, encoder)
+        # What a backbone keeps for pretraining alone (`task_unused`: XLNet's query-stream start, ELMo's softmax):
+        # no task runs it, and a parameter left without a gradient would stall DDP.
+        for name in getattr(encoder, "task_unused", ()):
+            getattr(encoder, name).requires_grad_(False)
         hidden = c.hidden_size
+        if feature_layers > c.num_layers + 1:
+            raise ConfigError(
+                f"technique.feature_layers={feature_layers} but the model has {c.num_layers + 1} layers to read "
+                f"(the embeddings and {c.num_layers} layers); set it to at most {c.num_layers + 1}"
+            )
+        width = output_width(encoder)
         self.mix = ScalarMix(feature_layers) if feature_layers and feature_mix == "weighted" else None
-        self.feature_dim = hidden * feature_layers if feature_layers and feature_mix == "concat" else hidden
+        self.feature_dim = width * feature_layers if feature_layers and feature_mix == "concat" else width
         self.head_config: dict[str, Any] = {}
         if lm_weight < 0:
             raise ConfigError(f"technique.lm_weight must be >= 0, got {lm_weight}")

@@ -26,7 +26,7 @@ from bertzoo.errors import ConfigError, DataError
 from bertzoo.heads import TokenClassificationHead
 from bertzoo.metrics import accuracy, entity_metrics, format_table, get_entities
 from bertzoo.objectives.base import ObjectiveOutput
-from bertzoo.tasks.base import EvalResult, FeatureDataset, Task, TaskModel, batched_logits
+from bertzoo.tasks.base import EvalResult, FeatureDataset, Task, TaskModel, batched_logits, output_width
 from bertzoo.tasks.common import (
     attention_from_lengths,
     builtin_spec,
@@ -164,7 +164,7 @@ class TokenClassificationModel(TaskModel):
     def __init__(self, encoder: nn.Module, num_labels: int, technique: TechniqueConfig) -> None:
         super().__init__(encoder, technique.feature_layers, technique.feature_mix)
         self.num_labels = num_labels
-        lstm_hidden = encoder.config.hidden_size // 2 if technique.feature_head == "bilstm" else 0
+        lstm_hidden = output_width(encoder) // 2 if technique.feature_head == "bilstm" else 0
         self.head = TokenClassificationHead(self.feature_dim, num_labels, technique.head_dropout, lstm_hidden)
 
     def loss_counts(self, batch: Batch) -> dict[str, int]:

@@ -90,15 +90,18 @@ def build_encoder(cfg: FinetuneConfig, tokenizer) -> nn.Module:
             encoder = _seeded(cfg.train.seed, lambda: variant.build(config))
         else:
             encoder = _seeded(cfg.train.seed, lambda: _encoder_from_config(config))
+            if hasattr(variant, "use_tokenizer"):
+                variant.use_tokenizer(encoder, tokenizer)  # what it takes from the vocabulary (ELMo's characters)
     c = encoder.config
     if tokenizer.vocab_size > c.vocab_size:
         raise ConfigError(
             f"the tokenizer has {tokenizer.vocab_size} tokens but the model's embedding table only {c.vocab_size}; "
             "use the tokenizer the model was trained with"
         )
-    # The position table's length (unbounded without one: T5's positions are relative). An encoder-decoder
-    # reads the source and the target as two sequences, each with its own positions.
-    embeddings = (encoder.encoder if whole else encoder).embeddings
+    # The position table's length (unbounded without one: T5's positions are relative, ELMo's LSTMs have none).
+    # An encoder-decoder reads the source and the target as two sequences, each with its own positions.
+    embeddings = getattr(encoder.encoder if whole else encoder, "embeddings", None)
+    max_position = embeddings.max_position if embeddings is not None else 1 << 62
     limits = [("data.max_seq_len", cfg.data.max_seq_len)]
     if whole:
         # The decoder's positions hold the training target and, in evaluation, the generated one (its start
@@ -106,10 +109,12 @@ def build_encoder(cfg: FinetuneConfig, tokenizer) -> nn.Module:
         limits += [("data.max_target_len", cfg.data.max_target_len)]
         limits += [("generation.max_new_tokens", cfg.generation.max_new_tokens)]
     for name, value in limits:
-        if value > embeddings.max_position:
-            raise ConfigError(
-                f"{name}={value} exceeds the model's max_position={embeddings.max_position}; lower {name}"
-            )
+        if value > max_position:
+            raise ConfigError(f"{name}={value} exceeds the model's max_position={max_position}; lower {name}")
+    # What the family's backbone cannot do in fine-tuning, refused before any data is read (ELMo).
+    check = getattr(get_variant(c.variant), "check_finetune", None)
+    if check is not None:
+        check(cfg)
     return encoder
 
 
@@ -151,7 +156,7 @@ def build_model(task, encoder: nn.Module, cfg: FinetuneConfig) -> nn.Module:
     # Only a [CLS] classifier reads a pooler (a causal model's auto pooling is its last token: none added), and
     # only an Encoder takes one (XLNet: auto pooling is its last token, `cls` the state of [CLS] itself).
     pooled = poolable(encoder)
-    cls = resolve_pooling(t.pooling, encoder.config.causal, pooled) == "cls"
+    cls = resolve_pooling(t.pooling, encoder) == "cls"
     if cfg.task in POOLED_TASKS and not t.feature_layers and cls and pooled:
         _seeded(cfg.train.seed + 1, lambda: add_pooler(encoder))
     model = _seeded(cfg.train.seed, lambda: task.build(encoder))

@@ -15,8 +15,10 @@ and optionally:
 * `export_hf(module, directory)`: writes its own modules that the generic exporter cannot (ELECTRA's);
 * `encoder_model(config)`: the empty backbone an encoder directory loads into, when it is not an `Encoder`
   (XLNet's two-stream stack, ELMo's biLSTM);
-* `use_tokenizer(module, tokenizer)`: fills in what a freshly built module takes from the run's tokenizer
-  rather than from its config (ELMo's character table, spelled from the vocabulary).
+* `use_tokenizer(module, tokenizer)`: fills in what a freshly built module (a pretraining module, or a
+  backbone fine-tuned from random init) takes from the run's tokenizer rather than from its config (ELMo's
+  character table, spelled from the vocabulary);
+* `check_finetune(cfg)`: ConfigError for what the fine-tuning tasks cannot do on the family's backbone (ELMo).
 """
 
 from __future__ import annotations

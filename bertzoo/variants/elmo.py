@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertzoo.config import ModelConfig, PretrainConfig, preset_config
+from bertzoo.config import FinetuneConfig, ModelConfig, PretrainConfig, TechniqueConfig, preset_config
 from bertzoo.elmo import Elmo, char_table
 from bertzoo.errors import ConfigError
 from bertzoo.objectives.bilm import BidirectionalLM
@@ -89,9 +89,10 @@ def build(config: ModelConfig, objective: str = DEFAULT_OBJECTIVE, **args: Any) 
     return BidirectionalLM(Elmo(config))
 
 
-def use_tokenizer(module: BidirectionalLM, tokenizer) -> None:
-    """Spell the run's vocabulary into the model's character table (`bertzoo.elmo.char_table`)."""
-    elmo = module.encoder
+def use_tokenizer(module: BidirectionalLM | Elmo, tokenizer) -> None:
+    """Spell the run's vocabulary into the model's character table (`bertzoo.elmo.char_table`): of a pretraining
+    module, or of a bare Elmo a fine-tuning run builds from `model_config` (random init)."""
+    elmo = module if isinstance(module, Elmo) else module.encoder
     with torch.no_grad():
         elmo.char_ids.copy_(char_table(tokenizer.vocab_list(), elmo.config.max_chars))
 
@@ -99,6 +100,26 @@ def use_tokenizer(module: BidirectionalLM, tokenizer) -> None:
 def encoder_model(config: ModelConfig) -> Elmo:
     """The (empty) backbone an ELMo directory loads into (bertzoo.loading.load_encoder)."""
     return Elmo(config)
+
+
+def check_finetune(cfg: FinetuneConfig) -> None:
+    """ConfigError for what a task cannot do on ELMo (called by bertzoo.train.finetune.build_encoder).
+
+    Tasks read ELMo feature-based (bertzoo.tasks.base.TaskModel): the layers it hands out, mixed by
+    `technique.feature_layers`. Refused here: seq2seq (it generates through a masked-LM or next-token head
+    on a word table, which ELMo has not) and an explicit `technique.lm_weight` (GPT's next-token term; the
+    biLM loss is not added to a task). adapter_size, layer_lr_decay and gradual_unfreezing need a
+    TransformerStack and refuse in bertzoo.techniques."""
+    if cfg.task == "seq2seq":
+        raise ConfigError(
+            "task=seq2seq generates through a token-prediction head on a word table, which ELMo has not; "
+            "fine-tune ELMo on classification, token_classification, qa or multiple_choice"
+        )
+    if cfg.technique.lm_weight not in (0.0, TechniqueConfig.lm_weight):
+        raise ConfigError(
+            f"technique.lm_weight={cfg.technique.lm_weight} adds GPT's next-token loss, which ELMo (bidirectional) "
+            "does not take: its biLM loss is not added to a task; remove technique.lm_weight"
+        )
 
 
 def pretraining_model(raw: dict[str, Any], config: ModelConfig, state: dict[str, torch.Tensor]) -> nn.Module:
