@@ -47,7 +47,7 @@ def dev_streams(shards: Path, num_streams: int, max_docs: int | None) -> torch.T
     pieces = [torch.tensor([tok.cls_id])]
     for d in range(corpus.num_docs if max_docs is None else min(max_docs, corpus.num_docs)):
         first, last = corpus.doc_sentences(d)
-        pieces += [torch.as_tensor(corpus.tokens(first, last), dtype=torch.long), torch.tensor([tok.sep_id])]
+        pieces += [torch.tensor(corpus.tokens(first, last), dtype=torch.long), torch.tensor([tok.sep_id])]
     stream = torch.cat(pieces)
     n = stream.numel() // num_streams
     return stream[: n * num_streams].view(num_streams, n)

@@ -1,0 +1,110 @@
+"""Does a family's pretraining help its own architecture? Pretrain one config, then fine-tune the result and the
+same architecture from random init with one recipe on wiki-topics, for several seeds.
+
+`scripts/recipe_study.py` asks this of BERT-mini under recipe levers; this script asks it of any family whose
+encoder the tasks read (XLNet, GPT, RoBERTa, ...), at a token budget, on the same 8k-WordPiece shards of built-in
+English Wikipedia (train split; wiki-topics' dev articles are the dev split, never seen in pretraining) and with
+the same fine-tuning recipe (`benchmarks/objectives_small.py`'s `finetune_dev`). The random-init arm builds the
+config's own model section (preset and overrides) with the same tokenizer. Ends with one JSON line: `ratio` is
+the pretrained mean dev accuracy over random init's.
+
+    python scripts/family_vs_random.py configs/pretrain/xlnet-mini.yaml --tokens 1800000 --seeds 0 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from bertzoo.config import load_pretrain_config
+from bertzoo.data.corpus import read_documents
+from bertzoo.precision import cpu_capability
+from bertzoo.train.pretrain import pretrain
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from objectives_small import finetune_dev  # noqa: E402
+from recipe_study import shards_for  # noqa: E402
+
+VOCAB = 8192
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("config", help="a pretraining config (configs/pretrain/*.yaml)")
+    ap.add_argument("--tokens", type=int, default=1_800_000, help="pretraining budget: steps = tokens / (batch x len)")
+    ap.add_argument("--pretrain-seed", type=int, default=0)
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1], help="fine-tuning seeds")
+    ap.add_argument("--ft-epochs", type=float, default=2.0)
+    ap.add_argument("--ft-examples", type=int, default=2000, help="wiki-topics training subset (0 = all)")
+    ap.add_argument("--ft-len", type=int, default=64)
+    ap.add_argument("--ft-lr", type=float, default=1e-3)
+    ap.add_argument("--ft-pooling", default="mean", choices=["auto", "cls", "mean", "last"])
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--out", default="runs/family_vs_random")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    docs = list(read_documents(["builtin:wiki-en:train"]))
+    shards = shards_for(VOCAB, out, docs)
+    dev = shards_for(VOCAB, out, docs, "dev")
+    cfg = load_pretrain_config(args.config, {"data.shards": str(shards)})
+    name = Path(args.config).stem
+    steps = max(1, round(args.tokens / (cfg.train.batch_size * cfg.train.grad_accum * cfg.data.max_seq_len)))
+    pre_dir = out / name / "pretrain"
+    if (pre_dir / "summary.json").is_file():
+        summary = json.loads((pre_dir / "summary.json").read_text())
+    else:
+        overrides = {
+            "data.shards": str(shards),
+            "data.eval_shards": str(dev),
+            "train.output_dir": str(pre_dir),
+            "train.max_steps": steps,
+            "train.eval_every": max(10, steps // 4),
+            "train.save_every": steps,
+            "train.keep_last": 1,
+            "train.seed": args.pretrain_seed,
+            "train.log_every": max(1, steps // 20),
+        }
+        if args.threads:
+            overrides["train.threads"] = args.threads
+        t = time.perf_counter()
+        summary = pretrain(load_pretrain_config(args.config, overrides))
+        summary["wall_s"] = time.perf_counter() - t
+    scratch = {"model": "", "model_config": {"variant": cfg.variant, **cfg.model}}
+    scratch["tokenizer"] = str(shards / "tokenizer")  # the pretrained arm's, so only the weights differ
+    pre, rnd = [], []
+    for seed in args.seeds:
+        pre.append(finetune_dev({"model": summary["final_dir"]}, out / name / f"ft-pretrained-{seed}", seed, args))
+        rnd.append(finetune_dev(scratch, out / name / f"ft-random-{seed}", seed, args))
+        print(json.dumps({"seed": seed, "pretrained": pre[-1], "random_init": rnd[-1]}), flush=True)
+    p = [r["dev_accuracy"] for r in pre]
+    r = [x["dev_accuracy"] for x in rnd]
+    gains = [a - b for a, b in zip(p, r, strict=True)]
+    print(
+        json.dumps(
+            {
+                "ratio": statistics.mean(p) / statistics.mean(r),
+                "family": name,
+                "pretrain_steps": summary["steps"],
+                "pretrain_tokens": summary["tokens_seen"],
+                "pretrain_tokens_per_s": round(summary.get("tokens_per_s", float("nan")), 1),
+                "precision": summary.get("precision"),
+                "final_metrics": summary.get("final_metrics"),
+                "baseline": summary.get("baseline"),
+                "pretrained_dev": p,
+                "random_init_dev": r,
+                "gain_mean": statistics.mean(gains),
+                "gain_sd": statistics.stdev(gains) if len(gains) > 1 else 0.0,
+                "cpu": cpu_capability(),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
