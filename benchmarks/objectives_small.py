@@ -102,6 +102,8 @@ def finetune_dev(init: dict[str, Any], out: Path, seed: int, args) -> dict[str, 
             "data.max_seq_len": args.ft_len,
             "data.max_train_examples": args.ft_examples or None,
             "technique.pooling": args.ft_pooling,
+            # LP-FT: the head alone on the frozen encoder for this many epochs first (scripts that set it).
+            "technique.head_first_epochs": getattr(args, "ft_head_first", 0),
         }
         finetune(load_finetune_config(FINETUNE, overrides))
     data = json.loads(report.read_text())

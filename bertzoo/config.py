@@ -434,6 +434,9 @@ class TechniqueConfig:
     feature_head: Literal["linear", "bilstm"] = "linear"
     adapter_size: int = 0  # bottleneck adapters in every layer (0 = off); only adapters + head train
     gradual_unfreezing: bool = False  # unfreeze one more layer (top down) each epoch
+    # LP-FT (Kumar et al. 2022): the first N epochs train the head on the frozen encoder (a linear probe), then
+    # everything trains, starting from a head that already reads the pretrained features. 0 = off.
+    head_first_epochs: int = 0
     head_dropout: float = 0.1
     # Sentence vector of classification / multiple choice: the pooled [CLS] (BERT's choice), the mean of
     # the last layer over real tokens (better when no sentence-level task trained [CLS]), or the last real

@@ -234,6 +234,29 @@ class GradualUnfreezing:
             self.apply(epoch)
 
 
+class HeadFirst:
+    """LP-FT (Kumar et al. 2022): for the first `epochs` epochs only the head trains (what gradual unfreezing
+    trains at its epoch 0: classifier, pooler, final norms; the layers and embeddings frozen, so a linear probe
+    of the pretrained features), then everything does. An epoch callback like `GradualUnfreezing` (the state
+    depends only on the epoch, so a resumed run trains the same parameters); build the optimizer with every
+    parameter (`include_frozen=True`)."""
+
+    def __init__(self, model: nn.Module, epochs: int) -> None:
+        params = {id(p): p for p in model.parameters()}
+        self.body = [params[pid] for pid, stage in unfreezing_stages(model).items() if stage > 0]
+        self.epochs = epochs
+        self.epoch = -1
+
+    def apply(self, epoch: int) -> None:
+        """Freeze the layers and embeddings for epochs < `epochs`, train them from then on."""
+        _set_trainable(self.body, epoch >= self.epochs)
+        self.epoch = epoch
+
+    def __call__(self, trainer: Any, epoch: int) -> None:
+        if epoch != self.epoch:
+            self.apply(epoch)
+
+
 def trainable_summary(model: nn.Module) -> dict[str, int]:
     """{"trainable": n, "total": n} distinct parameters."""
     params = {id(p): p for p in model.parameters()}
@@ -249,6 +272,8 @@ def check_techniques(cfg: TechniqueConfig) -> None:
         raise ConfigError(f"technique.adapter_size must be >= 0 (0 = off), got {cfg.adapter_size}")
     if cfg.feature_layers < 0:
         raise ConfigError(f"technique.feature_layers must be >= 0, got {cfg.feature_layers}")
+    if cfg.head_first_epochs < 0:
+        raise ConfigError(f"technique.head_first_epochs must be >= 0 (0 = off), got {cfg.head_first_epochs}")
     if not 0.0 < cfg.layer_lr_decay <= 1.0:
         raise ConfigError(f"technique.layer_lr_decay must be in (0, 1] (1 = off), got {cfg.layer_lr_decay}")
     chosen = [
@@ -257,6 +282,7 @@ def check_techniques(cfg: TechniqueConfig) -> None:
             ("freeze_encoder", cfg.freeze_encoder),
             ("adapter_size", cfg.adapter_size > 0),
             ("gradual_unfreezing", cfg.gradual_unfreezing),
+            ("head_first_epochs", cfg.head_first_epochs > 0),
         )
         if on
     ]
@@ -268,7 +294,8 @@ def check_techniques(cfg: TechniqueConfig) -> None:
 
 def apply_techniques(model: nn.Module, cfg: TechniqueConfig) -> dict[str, Any]:
     """Freeze / add adapters as configured (after the task built its head). Returns what was done,
-    including the `GradualUnfreezing` callback under "gradual_unfreezing" when enabled."""
+    including the epoch callback that changes what trains (`GradualUnfreezing` or `HeadFirst`) under
+    "schedule" when one is enabled."""
     check_techniques(cfg)
     done: dict[str, Any] = {}
     if cfg.freeze_encoder:
@@ -276,8 +303,8 @@ def apply_techniques(model: nn.Module, cfg: TechniqueConfig) -> dict[str, Any]:
         done["frozen_encoder"] = True
     if cfg.adapter_size > 0:
         done["adapters"] = apply_adapters(model, cfg.adapter_size)
-    if cfg.gradual_unfreezing:
-        schedule = GradualUnfreezing(model)
+    if cfg.gradual_unfreezing or cfg.head_first_epochs:
+        schedule = GradualUnfreezing(model) if cfg.gradual_unfreezing else HeadFirst(model, cfg.head_first_epochs)
         schedule.apply(0)
-        done["gradual_unfreezing"] = schedule
+        done["schedule"] = schedule
     return done

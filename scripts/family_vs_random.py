@@ -28,7 +28,7 @@ from bertzoo.train.pretrain import pretrain
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from objectives_small import finetune_dev  # noqa: E402
-from recipe_study import shards_for  # noqa: E402
+from recipe_study import finetune_tag, shards_for  # noqa: E402
 
 VOCAB = 8192
 
@@ -42,6 +42,9 @@ def main() -> None:
     ap.add_argument("--ft-epochs", type=float, default=2.0)
     ap.add_argument("--ft-examples", type=int, default=2000, help="wiki-topics training subset (0 = all)")
     ap.add_argument("--ft-len", type=int, default=64)
+    ap.add_argument(
+        "--ft-head-first", type=int, default=0, help="LP-FT: epochs of the head alone on the frozen encoder first"
+    )
     ap.add_argument("--ft-lr", type=float, default=1e-3)
     ap.add_argument("--ft-pooling", default="mean", choices=["auto", "cls", "mean", "last"])
     ap.add_argument("--threads", type=int, default=None)
@@ -79,8 +82,11 @@ def main() -> None:
     scratch["tokenizer"] = str(shards / "tokenizer")  # the pretrained arm's, so only the weights differ
     pre, rnd = [], []
     for seed in args.seeds:
-        pre.append(finetune_dev({"model": summary["final_dir"]}, out / name / f"ft-pretrained-{seed}", seed, args))
-        rnd.append(finetune_dev(scratch, out / name / f"ft-random-{seed}", seed, args))
+        tag = finetune_tag(args)  # a finished fine-tuning run is reused only for the same recipe
+        pre.append(
+            finetune_dev({"model": summary["final_dir"]}, out / name / f"ft-{tag}-pretrained-{seed}", seed, args)
+        )
+        rnd.append(finetune_dev(scratch, out / name / f"ft-{tag}-random-{seed}", seed, args))
         print(json.dumps({"seed": seed, "pretrained": pre[-1], "random_init": rnd[-1]}), flush=True)
     p = [r["dev_accuracy"] for r in pre]
     r = [x["dev_accuracy"] for x in rnd]

@@ -131,12 +131,16 @@ def run_recipe(name: str, out: Path, docs: list[str], args) -> dict[str, Any]:
     model = summary["final_dir"]
     arch = _arch(spec)
     scratch_init = {"model": "", "model_config": {"preset": "bert-mini", **arch}, "tokenizer": model}
-    # Random init depends only on the architecture and vocabulary: shared by recipes that agree on both.
+    # Random init depends only on the architecture and vocabulary: shared by recipes that agree on both. Both
+    # arms' runs are keyed by the fine-tuning recipe too, so a finished run is reused only for the same recipe.
     rnd_dir = out / ("random-" + "-".join([str(spec["vocab"])] + [f"{k}={v}" for k, v in sorted(arch.items())]))
+    tag = finetune_tag(args)
     pre, rnd = [], []
     for seed in args.seeds:
-        pre.append(finetune_dev({"model": model}, out / name / f"ft-pretrained-{seed}", seed, args)["dev_accuracy"])
-        rnd.append(finetune_dev(scratch_init, rnd_dir / f"ft-{seed}", seed, args)["dev_accuracy"])
+        pre.append(
+            finetune_dev({"model": model}, out / name / f"ft-{tag}-pretrained-{seed}", seed, args)["dev_accuracy"]
+        )
+        rnd.append(finetune_dev(scratch_init, rnd_dir / f"ft-{tag}-{seed}", seed, args)["dev_accuracy"])
     gains = [p - r for p, r in zip(pre, rnd, strict=True)]
     lines = (pre_dir / "metrics.jsonl").read_text().splitlines()
     evals = [json.loads(line) for line in lines if "eval_mlm_loss" in line]
@@ -159,6 +163,14 @@ def run_recipe(name: str, out: Path, docs: list[str], args) -> dict[str, Any]:
     return row
 
 
+def finetune_tag(args) -> str:
+    """The fine-tuning recipe as a directory name (examples x length, lr, epochs, pooling, LP-FT epochs)."""
+    return (
+        f"{args.ft_examples or 'all'}x{args.ft_len}-lr{args.ft_lr:g}-e{args.ft_epochs:g}-{args.ft_pooling}"
+        f"-hf{args.ft_head_first}"
+    )
+
+
 def _arch(spec: dict[str, Any]) -> dict[str, Any]:
     """The architecture overrides of a recipe, so random init builds the same model."""
     return {k.split(".", 1)[1]: v for k, v in spec["overrides"].items() if k.startswith("model.")}
@@ -173,6 +185,9 @@ def main() -> None:
     ap.add_argument("--ft-epochs", type=float, default=1.0)
     ap.add_argument("--ft-examples", type=int, default=2000, help="wiki-topics training subset (0 = all)")
     ap.add_argument("--ft-len", type=int, default=64)
+    ap.add_argument(
+        "--ft-head-first", type=int, default=0, help="LP-FT: epochs of the head alone on the frozen encoder first"
+    )
     ap.add_argument("--ft-lr", type=float, default=2e-4, help="fine-tuning peak learning rate")
     ap.add_argument("--ft-pooling", default="cls", choices=["cls", "mean"], help="sentence vector for fine-tuning")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")

@@ -291,7 +291,7 @@ def test_gradual_unfreezing_schedule() -> None:
 def test_gradual_unfreezing_in_the_trainer(tmp_path: Path) -> None:
     torch.manual_seed(0)
     model = TinyClassifier(tiny_encoder())
-    schedule = apply_techniques(model, TechniqueConfig(gradual_unfreezing=True))["gradual_unfreezing"]
+    schedule = apply_techniques(model, TechniqueConfig(gradual_unfreezing=True))["schedule"]
     groups = layerwise_lr_groups(model, 1e-2, 1.0, 0.0, include_frozen=True)
     seen: list[tuple[int, int, set[str]]] = []
 
@@ -314,6 +314,30 @@ def test_gradual_unfreezing_in_the_trainer(tmp_path: Path) -> None:
     assert not any(
         k.startswith(("encoder.stack.layers.0.", "encoder.stack.layers.1.", "encoder.embeddings.")) for k in moved
     )
+
+
+def test_head_first_trains_the_head_alone_then_everything(tmp_path: Path) -> None:
+    """LP-FT: epoch 0 moves the head (classifier, pooler) only; epoch 1 moves the layers and embeddings too."""
+    torch.manual_seed(0)
+    model = TinyClassifier(tiny_encoder())
+    schedule = apply_techniques(model, TechniqueConfig(head_first_epochs=1))["schedule"]
+    assert trainable_parts(model) == {"head"}
+    groups = layerwise_lr_groups(model, 1e-2, 1.0, 0.0, include_frozen=True)
+    cfg = TrainConfig(
+        output_dir=str(tmp_path), epochs=1, batch_size=8, lr=1e-2, device="cpu", save_every=0, log_every=100
+    )
+    before = snapshot(model)
+    Trainer(model, toy_data(48), collate, cfg, progress=False, param_groups=groups, epoch_callbacks=[schedule]).train()
+    moved = changed(before, model)
+    assert moved and all(not k.startswith(("encoder.stack.", "encoder.embeddings.")) for k in moved), moved
+    schedule.apply(1)
+    assert trainable_parts(model) == {"head", "layer0", "layer1", "layer2", "embeddings"}
+    schedule.apply(0)
+    assert trainable_parts(model) == {"head"}  # depends on the epoch only (resume-safe)
+    with pytest.raises(ConfigError, match="keep one of them"):
+        apply_techniques(model, TechniqueConfig(head_first_epochs=1, gradual_unfreezing=True))
+    with pytest.raises(ConfigError, match="head_first_epochs must be >= 0"):
+        apply_techniques(model, TechniqueConfig(head_first_epochs=-1))
 
 
 # ---------------------------------------------------------------------------------- feature-based

@@ -361,7 +361,7 @@ def parts(model) -> set[str]:
 def test_gradual_unfreezing_goes_down_the_decoder_then_down_the_encoder(tok):
     model = t5_task_model(tok, num_layers=2, num_decoder_layers=3)
     schedule = apply_techniques(model, make_cfg("seq2seq", technique={"gradual_unfreezing": True}).technique)[
-        "gradual_unfreezing"
+        "schedule"
     ]
     head = {
         "encoder.final_norm.weight",

@@ -238,15 +238,15 @@ def finetune(cfg: FinetuneConfig, resume: str | None = None) -> dict[str, Any]:
     if len(datasets["train"]) == 0:
         raise DataError("no training features were produced; check the data and data.max_seq_len")
     techniques = apply_techniques(model, cfg.technique)
-    gradual = techniques.pop("gradual_unfreezing", None)
+    schedule = techniques.pop("schedule", None)  # gradual unfreezing or LP-FT: what trains changes by epoch
     groups = None
-    if cfg.technique.layer_lr_decay != 1.0 or gradual is not None:
+    if cfg.technique.layer_lr_decay != 1.0 or schedule is not None:
         groups = layerwise_lr_groups(
             model,
             cfg.train.lr,
             cfg.technique.layer_lr_decay,
             cfg.train.weight_decay,
-            include_frozen=gradual is not None,
+            include_frozen=schedule is not None,
         )
 
     train_cfg = cfg.train
@@ -276,14 +276,14 @@ def finetune(cfg: FinetuneConfig, resume: str | None = None) -> dict[str, Any]:
         eval_fn=eval_fn,
         num_workers=cfg.data.num_workers,
         param_groups=groups,
-        epoch_callbacks=[gradual] if gradual is not None else (),
+        epoch_callbacks=[schedule] if schedule is not None else (),
         metric_for_best=metric_for_best,
         drop_last=False,  # fine-tuning sees every example each epoch; dynamic padding makes a short batch cheap
     )
     summary = trainer.train(resume=resume)
     summary["trainable_parameters"] = trainable_summary(model)
-    if gradual is not None:
-        gradual.apply(10**9)  # everything trainable again (for saving nothing changes; for later use)
+    if schedule is not None:
+        schedule.apply(10**9)  # everything trainable again (for saving nothing changes; for later use)
     if not summary["completed"] and summary["stop_reason"] != "max_minutes":
         return summary  # interrupted: continue with --resume auto; a spent time budget still reports
 
