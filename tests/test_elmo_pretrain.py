@@ -6,21 +6,18 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
 
 import pytest
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
-from test_pretrain import tiny_config
+from test_pretrain import assert_resume_is_exact, tiny_config
 
 from bertzoo.batch import IGNORE_INDEX
 from bertzoo.config import ConfigError, load_pretrain_config
 from bertzoo.elmo import Elmo, char_table
 from bertzoo.loading import load, load_encoder, load_pretraining
 from bertzoo.objectives.bilm import BidirectionalLM, bilm_targets
-from bertzoo.train.loop import Trainer
 from bertzoo.train.pretrain import build_pretraining, fixed_eval_batches, make_mlm_evaluator, pretrain
 
 pytestmark = [
@@ -164,26 +161,7 @@ def test_a_checkpoint_reloads_with_identical_outputs(synthetic_shards, tmp_path)
 
 def test_resume_is_exact(synthetic_shards, tmp_path):
     """12 steps straight == the same run stopped (SIGTERM) after step 6, then resumed."""
-    straight = pretrain(elmo_config(synthetic_shards, tmp_path / "a", max_steps=12, save_every=6))
-    assert straight["steps"] == 12
-    cfg = elmo_config(synthetic_shards, tmp_path / "b", max_steps=12, save_every=6)
-    objective, dataset, collator, tokenizer = build_pretraining(cfg)
-
-    def stop(trainer, step):
-        if step == 5:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    first = Trainer(objective, dataset, collator, cfg.train, save_extra=tokenizer.save, callbacks=[stop]).train()
-    assert first["steps"] == 6 and first["stop_reason"] == "SIGTERM"
-    resumed = pretrain(elmo_config(synthetic_shards, tmp_path / "b", max_steps=12, save_every=6), resume="auto")
-    assert resumed["steps_this_session"] == 6
-    a = load_file(tmp_path / "a" / "final" / "model.safetensors")
-    b = load_file(tmp_path / "b" / "final" / "model.safetensors")
-    assert a.keys() == b.keys()
-    mid = load_file(tmp_path / "b" / "checkpoints" / "step-00000006" / "model.safetensors")
-    assert not mid["encoder.softmax.weight"].equal(a["encoder.softmax.weight"])  # the resumed half trained
-    for key in a:
-        assert a[key].equal(b[key]), key
+    assert_resume_is_exact(elmo_config, synthetic_shards, tmp_path)
 
 
 @pytest.mark.parametrize(

@@ -5,19 +5,15 @@ recipes GPT refuses."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file
-from test_pretrain import tiny_config
+from test_pretrain import assert_resume_is_exact, tiny_config
 
 from bertzoo.batch import IGNORE_INDEX
 from bertzoo.config import ConfigError, MaskingConfig
 from bertzoo.objectives.clm import CausalLM
-from bertzoo.train.loop import Trainer
 from bertzoo.train.pretrain import build_pretraining, fixed_eval_batches, pretrain
 
 GPT_TINY = {"preset": "gpt-tiny", "hidden_size": 32, "num_heads": 2, "intermediate_size": 64, "max_position": 64}
@@ -108,23 +104,7 @@ def test_held_out_perplexity_falls_below_the_unigram_baseline(synthetic_shards, 
 
 def test_resume_is_exact(synthetic_shards, tmp_path):
     """12 steps straight == the same run stopped (SIGTERM) after step 6, then resumed."""
-    straight = pretrain(gpt_config(synthetic_shards, tmp_path / "a", max_steps=12, save_every=6))
-    assert straight["steps"] == 12
-    cfg = gpt_config(synthetic_shards, tmp_path / "b", max_steps=12, save_every=6)
-    objective, dataset, collator, tokenizer = build_pretraining(cfg)
-
-    def stop(trainer, step):
-        if step == 5:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    first = Trainer(objective, dataset, collator, cfg.train, save_extra=tokenizer.save, callbacks=[stop]).train()
-    assert first["steps"] == 6 and first["stop_reason"] == "SIGTERM"
-    resumed = pretrain(gpt_config(synthetic_shards, tmp_path / "b", max_steps=12, save_every=6), resume="auto")
-    assert resumed["steps_this_session"] == 6
-    a = load_file(tmp_path / "a" / "final" / "model.safetensors")
-    b = load_file(tmp_path / "b" / "final" / "model.safetensors")
-    for key in a:
-        assert a[key].equal(b[key]), key
+    assert_resume_is_exact(gpt_config, synthetic_shards, tmp_path)
 
 
 def test_recipes_gpt_refuses(synthetic_shards, tmp_path):

@@ -17,6 +17,32 @@ from bertzoo.train.pretrain import build_pretraining, fixed_eval_batches, pretra
 TINY_MODEL = {"preset": "bert-tiny", "hidden_size": 32, "num_heads": 2, "intermediate_size": 64, "max_position": 64}
 
 
+def assert_resume_is_exact(make_config, shards, tmp_path) -> tuple[dict, dict]:
+    """12 steps straight == the same run stopped (SIGTERM) after step 6, then resumed, bit for bit.
+    `make_config(shards, out, **train)` builds the family's config; returns (straight, resumed) final weights."""
+    straight = pretrain(make_config(shards, tmp_path / "a", max_steps=12, save_every=6))
+    assert straight["steps"] == 12
+    cfg = make_config(shards, tmp_path / "b", max_steps=12, save_every=6)
+    objective, dataset, collator, tokenizer = build_pretraining(cfg)
+
+    def stop(trainer, step):
+        if step == 5:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    first = Trainer(objective, dataset, collator, cfg.train, save_extra=tokenizer.save, callbacks=[stop]).train()
+    assert first["steps"] == 6 and first["stop_reason"] == "SIGTERM"
+    resumed = pretrain(make_config(shards, tmp_path / "b", max_steps=12, save_every=6), resume="auto")
+    assert resumed["steps_this_session"] == 6
+    a = load_file(tmp_path / "a" / "final" / "model.safetensors")
+    b = load_file(tmp_path / "b" / "final" / "model.safetensors")
+    assert a.keys() == b.keys()
+    for key in a:
+        assert a[key].equal(b[key]), key
+    mid = load_file(tmp_path / "b" / "checkpoints" / "step-00000006" / "model.safetensors")
+    assert any(not mid[k].equal(a[k]) for k in a)  # the resumed half trained
+    return a, b
+
+
 def tiny_config(shards, out, **train):
     overrides = {
         "model": TINY_MODEL,

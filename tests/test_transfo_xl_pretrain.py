@@ -5,22 +5,19 @@ config through the CLI, and the settings it refuses."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
-from test_pretrain import tiny_config
+from test_pretrain import assert_resume_is_exact, tiny_config
 
 from bertzoo.batch import Batch
 from bertzoo.config import ConfigError
 from bertzoo.loading import load_encoder, load_pretraining
 from bertzoo.objectives.recurrent_lm import RecurrentLM
 from bertzoo.tasks.base import TaskModel
-from bertzoo.train.loop import Trainer
 from bertzoo.train.pretrain import build_pretraining, pretrain
 from bertzoo.transfo_xl import TransfoXL
 from bertzoo.variants.transfo_xl import build, model_config
@@ -128,24 +125,8 @@ def test_held_out_perplexity_falls_below_the_unigram_baseline_and_reloads(synthe
 
 
 def test_resume_is_exact(synthetic_shards, tmp_path):
-    """12 steps straight == the same run stopped (SIGTERM) after step 6, then resumed (dropout on)."""
-    straight = pretrain(txl_config(synthetic_shards, tmp_path / "a", max_steps=12, save_every=6))
-    assert straight["steps"] == 12
-    cfg = txl_config(synthetic_shards, tmp_path / "b", max_steps=12, save_every=6)
-    objective, dataset, collator, tokenizer = build_pretraining(cfg)
-
-    def stop(trainer, step):
-        if step == 5:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    first = Trainer(objective, dataset, collator, cfg.train, save_extra=tokenizer.save, callbacks=[stop]).train()
-    assert first["steps"] == 6 and first["stop_reason"] == "SIGTERM"
-    resumed = pretrain(txl_config(synthetic_shards, tmp_path / "b", max_steps=12, save_every=6), resume="auto")
-    assert resumed["steps_this_session"] == 6
-    a = load_file(tmp_path / "a" / "final" / "model.safetensors")
-    b = load_file(tmp_path / "b" / "final" / "model.safetensors")
-    for key in a:
-        assert a[key].equal(b[key]), key
+    """12 steps straight == the same run stopped (SIGTERM) after step 6, then resumed."""
+    assert_resume_is_exact(txl_config, synthetic_shards, tmp_path)
 
 
 def test_cli_pretrains_the_shipped_config(synthetic_shards, tmp_path, capsys):
