@@ -32,12 +32,12 @@ __all__ = ["TransfoXL", "TransfoXLLayer", "TransfoXLOutput", "layout_problems", 
 
 
 def layout_problems(config: ModelConfig) -> list[str]:
-    """What a Transformer-XL cannot be, as phrases (empty: a valid layout). The model is causal, post-norm,
-    with relative positions only, a word table as wide as the model tied to the output, no segments or pooler."""
+    """What a Transformer-XL cannot be, as phrases (empty: a valid layout). The model is causal, post-norm (or
+    the original code's pre-norm), with relative positions only, a word table as wide as the model tied to the
+    output, no segments or pooler."""
     c = config
     wanted = {
         "causal": True,
-        "norm": "post",
         "position": "none",
         "type_vocab_size": 0,
         "pooler": False,
@@ -65,7 +65,9 @@ class TransfoXLOutput(NamedTuple):
 
 
 class TransfoXLLayer(nn.Module):
-    """Relative attention and a ReLU feed-forward, each added to its input and then normalised (post-norm)."""
+    """Relative attention and a ReLU feed-forward, each added to its input and then normalised (post-norm,
+    the paper's layout), or each reading a normalised input and added to the raw one (`norm: pre`, the
+    original code's `pre_lnorm`: the memory is normalised with the segment, and no norm follows the stack)."""
 
     def __init__(self, c: ModelConfig) -> None:
         super().__init__()
@@ -75,11 +77,16 @@ class TransfoXLLayer(nn.Module):
         self.ffn = FeedForward(c.hidden_size, c.intermediate_size, c.hidden_act, dropout=c.dropout)
         self.ffn_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
         self.drop = nn.Dropout(c.dropout)
+        self.pre_norm = c.norm == "pre"
 
     def forward(
         self, x: torch.Tensor, pos: torch.Tensor, memory: torch.Tensor | None, mask: torch.Tensor
     ) -> torch.Tensor:
         """x: (batch, seq, hidden); pos: (mem + seq, hidden); memory: (batch, mem, hidden) or None."""
+        if self.pre_norm:  # keys and values from the normalised [memory; x], as the original pre_lnorm
+            h, _ = self.attn(self.attn_norm(x), pos, None if memory is None else self.attn_norm(memory), mask)
+            x = x + self.drop(h)
+            return x + self.drop(self.ffn(self.ffn_norm(x)))
         h, _ = self.attn(x, pos, memory, mask)
         x = self.attn_norm(x + self.drop(h))
         return self.ffn_norm(x + self.drop(self.ffn(x)))

@@ -232,8 +232,8 @@ def test_mini_preset_sizes_and_bad_configs() -> None:
         model_config({"preset": "transfo-xl-huge"})
     with pytest.raises(ConfigError, match="mem_len"):
         model_config({"mem_len": -1})
-    with pytest.raises(ConfigError, match="model.norm='pre'"):
-        TransfoXL(model_config({"norm": "pre"}))
+    with pytest.raises(ConfigError, match="model.causal=False"):
+        TransfoXL(model_config({"causal": False}))
     with pytest.raises(ConfigError, match="sin/cos"):
         TransfoXL(model_config({"hidden_size": 33, "num_heads": 3}))
 

@@ -8,6 +8,7 @@ Without that environment the two parity tests skip.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -142,13 +143,17 @@ def test_hf_model_imports_exactly(tmp_path):
 
 
 @needs_reference
-def test_our_model_exports_exactly(tmp_path):
-    """Our random TransfoXL -> TransfoXLLMHeadModel (4.57) under `config_to_hf`: same outputs."""
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_our_model_exports_exactly(tmp_path, norm):
+    """Our random TransfoXL -> TransfoXLLMHeadModel (4.57) under `config_to_hf`: same outputs, post-norm and
+    pre-norm (transformers' pre_lnorm: the memory normalised with the segment, no norm after the stack)."""
     torch.manual_seed(1)
-    model = TransfoXL(CONFIG).eval()
+    config = dataclasses.replace(CONFIG, norm=norm)
+    model = TransfoXL(config).eval()
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.2)
-    (tmp_path / "config.json").write_text(json.dumps(config_to_hf(CONFIG)))
+    (tmp_path / "config.json").write_text(json.dumps(config_to_hf(config)))
+    assert config_from_hf(config_to_hf(config)) == config
     save_file(state_dict_to_hf(model), tmp_path / "weights.safetensors")
     ids = inputs(tmp_path)
     assert_close(ours_on(model, ids), run_reference(tmp_path))

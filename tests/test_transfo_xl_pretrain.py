@@ -152,7 +152,7 @@ def test_cli_pretrains_the_shipped_config(synthetic_shards, tmp_path, capsys):
     assert main(args) == 0
     assert (out / "final" / "model.safetensors").is_file()
     capsys.readouterr()
-    for bad, says in (("--model.mem_len=0", "mem_len"), ("--model.norm=pre", "model.norm")):
+    for bad, says in (("--model.mem_len=0", "mem_len"), ("--model.pooler=true", "model.pooler")):
         assert main([*args[:2], bad, *args[2:]]) == 2
         err = capsys.readouterr().err
         assert says in err and len(err.strip().splitlines()) == 1, err

@@ -8,8 +8,8 @@ trains the same model without recurrence (the baseline of the paper's ablations)
 Hugging Face: transformers removed Transformer-XL in 5.0; `config_to_hf` / `config_from_hf` /
 `state_dict_to_hf` / `state_dict_from_hf` translate to and from the 4.x `TransfoXLLMHeadModel` (tested
 against 4.57 in its own environment, tests/test_transfo_xl_hf.py), for the layout this model holds: one
-plain softmax (no adaptive cutoffs), embeddings as wide as the model, post-norm, attention type 0, no
-same_length. Anything else is refused in one line.
+plain softmax (no adaptive cutoffs), embeddings as wide as the model, post-norm or `pre_lnorm`, attention
+type 0, no same_length. Anything else is refused in one line.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def collator(cfg: PretrainConfig, tokenizer):
 
 
 # --- Hugging Face's TransfoXLModel / TransfoXLLMHeadModel (transformers <= 4.57; removed in 5.x) ---
-HF_REQUIRED = {"div_val": 1, "attn_type": 0, "same_length": False, "pre_lnorm": False, "sample_softmax": -1}
+HF_REQUIRED = {"div_val": 1, "attn_type": 0, "same_length": False, "sample_softmax": -1}
 
 # bertzoo key in one layer -> Hugging Face key under `layers.{i}.`
 _LAYER_KEYS = {
@@ -166,6 +166,7 @@ def config_to_hf(config: ModelConfig) -> dict[str, Any]:
         "dropatt": config.attention_dropout,
         "layer_norm_epsilon": config.layer_norm_eps,
         "init_std": config.initializer_range,
+        "pre_lnorm": config.norm == "pre",
         "untie_r": True,
         "tie_word_embeddings": True,
         "adaptive": True,
@@ -176,7 +177,7 @@ def config_to_hf(config: ModelConfig) -> dict[str, Any]:
 
 def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
     """transformers' TransfoXLConfig fields -> a `ModelConfig`, or CheckpointError naming what it cannot hold."""
-    defaults = {"div_val": 4, "attn_type": 0, "same_length": True, "pre_lnorm": False, "sample_softmax": -1}
+    defaults = {"div_val": 4, "attn_type": 0, "same_length": True, "sample_softmax": -1}
     for key, wanted in HF_REQUIRED.items():
         if hf.get(key, defaults[key]) != wanted:
             raise CheckpointError(
@@ -200,6 +201,7 @@ def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
             "attention_dropout": hf.get("dropatt", 0.0),
             "layer_norm_eps": hf.get("layer_norm_epsilon", 1e-5),
             "initializer_range": hf.get("init_std", 0.02),
+            "norm": "pre" if hf.get("pre_lnorm", False) else "post",
         }
     )
 
