@@ -234,27 +234,19 @@ class GradualUnfreezing:
             self.apply(epoch)
 
 
-class HeadFirst:
-    """LP-FT (Kumar et al. 2022): for the first `epochs` epochs only the head trains (what gradual unfreezing
-    trains at its epoch 0: classifier, pooler, final norms; the layers and embeddings frozen, so a linear probe
-    of the pretrained features), then everything does. An epoch callback like `GradualUnfreezing` (the state
-    depends only on the epoch, so a resumed run trains the same parameters); build the optimizer with every
-    parameter (`include_frozen=True`)."""
+class HeadFirst(GradualUnfreezing):
+    """LP-FT (Kumar et al. 2022): for the first `epochs` epochs only the head trains (gradual unfreezing's
+    stage 0: classifier, pooler, final norms; the layers and embeddings frozen, so a linear probe of the
+    pretrained features), then every stage at once. The same epoch callback as `GradualUnfreezing`."""
 
     def __init__(self, model: nn.Module, epochs: int) -> None:
-        params = {id(p): p for p in model.parameters()}
-        self.body = [params[pid] for pid, stage in unfreezing_stages(model).items() if stage > 0]
+        super().__init__(model)
         self.epochs = epochs
-        self.epoch = -1
 
     def apply(self, epoch: int) -> None:
-        """Freeze the layers and embeddings for epochs < `epochs`, train them from then on."""
-        _set_trainable(self.body, epoch >= self.epochs)
+        """Stage 0 always trains; the layers and embeddings from epoch `epochs` on."""
+        super().apply(0 if epoch < self.epochs else self.num_stages)
         self.epoch = epoch
-
-    def __call__(self, trainer: Any, epoch: int) -> None:
-        if epoch != self.epoch:
-            self.apply(epoch)
 
 
 def trainable_summary(model: nn.Module) -> dict[str, int]:

@@ -42,6 +42,21 @@ def causal_lm_loss(
     return masked_lm_loss(hidden[:, :-1], labels[:, 1:], lambda h, selected: head(h[selected]), name)
 
 
+def next_token_counts(batch: Batch) -> dict[str, int]:
+    """`loss_counts` of a next-token objective: the real targets (every real token after the first)."""
+    return {"lm": int((lm_labels(batch.input_ids, batch.attention_mask)[:, 1:] != IGNORE_INDEX).sum())}
+
+
+def next_token_output(
+    hidden: torch.Tensor, batch: Batch, head: Callable[[torch.Tensor], torch.Tensor]
+) -> ObjectiveOutput:
+    """The ObjectiveOutput of a next-token objective from its top-layer states (batch, seq, hidden) and head."""
+    _, loss, metrics, counts = causal_lm_loss(hidden, lm_labels(batch.input_ids, batch.attention_mask), head)
+    metrics["loss"] = loss.detach()
+    counts["loss"] = torch.tensor(1, device=hidden.device)
+    return ObjectiveOutput(loss=loss, metrics=metrics, counts=counts, terms={"lm": (loss, 1.0)})
+
+
 def perplexity(mean_loss: float | torch.Tensor) -> float:
     """exp(mean next-token cross-entropy in nats). Take it of a loss averaged over all tokens: the mean
     of per-batch perplexities is not the perplexity of the whole set (so it is no logged metric)."""
@@ -88,15 +103,10 @@ class CausalLM(Generates, nn.Module):
 
     def loss_counts(self, batch: Batch) -> dict[str, int]:
         """Items each loss term averages over (host-side, before the forward): see ObjectiveOutput."""
-        return {"lm": int((lm_labels(batch.input_ids, batch.attention_mask)[:, 1:] != IGNORE_INDEX).sum())}
+        return next_token_counts(batch)
 
     def forward(self, batch: Batch) -> ObjectiveOutput:
-        hidden = self.encode(batch).last_hidden_state  # (batch, seq, hidden)
-        labels = lm_labels(batch.input_ids, batch.attention_mask)
-        _, loss, metrics, counts = causal_lm_loss(hidden, labels, self.lm_head)
-        metrics["loss"] = loss.detach()
-        counts["loss"] = torch.tensor(1, device=hidden.device)
-        return ObjectiveOutput(loss=loss, metrics=metrics, counts=counts, terms={"lm": (loss, 1.0)})
+        return next_token_output(self.encode(batch).last_hidden_state, batch, self.lm_head)
 
     def checkpoint_fields(self) -> dict[str, Any]:
         """What config.json needs beyond the ModelConfig to rebuild this module (`save_pretrained`)."""

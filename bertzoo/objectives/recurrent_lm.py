@@ -24,10 +24,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertzoo.batch import IGNORE_INDEX, Batch
+from bertzoo.batch import Batch
 from bertzoo.errors import ConfigError
 from bertzoo.objectives.base import ObjectiveOutput
-from bertzoo.objectives.clm import causal_lm_loss, lm_labels
+from bertzoo.objectives.clm import next_token_counts, next_token_output
 from bertzoo.transfo_xl import TransfoXL
 
 __all__ = ["RecurrentLM"]
@@ -69,15 +69,10 @@ class RecurrentLM(nn.Module):
 
     def loss_counts(self, batch: Batch) -> dict[str, int]:
         """Items each loss term averages over (host-side, before the forward): see ObjectiveOutput."""
-        return {"lm": int((lm_labels(batch.input_ids, batch.attention_mask)[:, 1:] != IGNORE_INDEX).sum())}
+        return next_token_counts(batch)
 
     def forward(self, batch: Batch) -> ObjectiveOutput:
-        hidden = self.hidden_states(batch.input_ids)
-        labels = lm_labels(batch.input_ids, batch.attention_mask)
-        _, loss, metrics, counts = causal_lm_loss(hidden, labels, self.encoder.lm_logits)
-        metrics["loss"] = loss.detach()
-        counts["loss"] = torch.tensor(1, device=hidden.device)
-        return ObjectiveOutput(loss=loss, metrics=metrics, counts=counts, terms={"lm": (loss, 1.0)})
+        return next_token_output(self.hidden_states(batch.input_ids), batch, self.encoder.lm_logits)
 
     def checkpoint_fields(self) -> dict[str, Any]:
         """What config.json needs beyond the ModelConfig to rebuild this module (`save_pretrained`)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable
@@ -65,8 +66,14 @@ def build_pretraining(cfg: PretrainConfig):
         objective = variant.build(model_cfg, objective=_objective_name(cfg, variant), **cfg.objective_args)
         if hasattr(variant, "use_tokenizer"):
             variant.use_tokenizer(objective, tokenizer)
+
+    @functools.cache
+    def train_counts() -> np.ndarray:
+        """Training-token frequencies, streamed over the shards once however many uses need them."""
+        return unigram_counts(corpus, tokenizer.vocab_size, tokenizer.special_ids)
+
     if cfg.mlm_bias_init == "unigram":
-        if not init_mlm_bias(objective, unigram_counts(corpus, tokenizer.vocab_size, tokenizer.special_ids)):
+        if not init_mlm_bias(objective, train_counts()):
             raise ConfigError(
                 f"mlm_bias_init: unigram needs a masked-LM output bias, which the {cfg.variant} model has none of "
                 "(a GPT head is the tied word table alone); remove mlm_bias_init"
@@ -98,15 +105,14 @@ def build_pretraining(cfg: PretrainConfig):
             seed=cfg.train.seed,
             pad_to_multiple_of=cfg.data.pad_to_multiple_of,
             selector=cfg.data.masking.strategy,
-            token_weights=masking_weights(corpus, tokenizer, power) if power else None,
+            token_weights=masking_weights(train_counts(), power) if power else None,
         )
     return objective, dataset, collator, tokenizer
 
 
-def masking_weights(corpus, tokenizer, power: float) -> np.ndarray:
-    """Selection weight per vocabulary id, (training count + 1) ** -power: rarer tokens are masked more
-    often, so more of the predictions are content words, which need the document's context."""
-    counts = unigram_counts(corpus, tokenizer.vocab_size, tokenizer.special_ids)
+def masking_weights(counts: np.ndarray, power: float) -> np.ndarray:
+    """Selection weight per vocabulary id from training counts, (count + 1) ** -power: rarer tokens are masked
+    more often, so more of the predictions are content words, which need the document's context."""
     return (counts.astype(np.float64) + 1.0) ** -power
 
 
