@@ -17,18 +17,16 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 from bertzoo.config import load_pretrain_config
 from bertzoo.data.corpus import read_documents
 from bertzoo.precision import cpu_capability
-from bertzoo.train.pretrain import pretrain
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from objectives_small import finetune_dev  # noqa: E402
-from recipe_study import finetune_tag, shards_for  # noqa: E402
+from recipe_study import finetune_tag, pretrain_once, shards_for  # noqa: E402
 
 VOCAB = 8192
 
@@ -58,26 +56,16 @@ def main() -> None:
     cfg = load_pretrain_config(args.config, {"data.shards": str(shards)})
     name = Path(args.config).stem
     steps = max(1, round(args.tokens / (cfg.train.batch_size * cfg.train.grad_accum * cfg.data.max_seq_len)))
-    pre_dir = out / name / "pretrain"
-    if (pre_dir / "summary.json").is_file():
-        summary = json.loads((pre_dir / "summary.json").read_text())
-    else:
-        overrides = {
-            "data.shards": str(shards),
-            "data.eval_shards": str(dev),
-            "train.output_dir": str(pre_dir),
-            "train.max_steps": steps,
-            "train.eval_every": max(10, steps // 4),
-            "train.save_every": steps,
-            "train.keep_last": 1,
-            "train.seed": args.pretrain_seed,
-            "train.log_every": max(1, steps // 20),
-        }
-        if args.threads:
-            overrides["train.threads"] = args.threads
-        t = time.perf_counter()
-        summary = pretrain(load_pretrain_config(args.config, overrides))
-        summary["wall_s"] = time.perf_counter() - t
+    overrides = {"data.shards": str(shards), "data.eval_shards": str(dev), "train.seed": args.pretrain_seed}
+    summary = pretrain_once(
+        args.config,
+        out / name / "pretrain",
+        steps,
+        overrides,
+        evals=4,
+        threads=args.threads,
+        log_every=max(1, steps // 20),
+    )
     scratch = {"model": "", "model_config": {"variant": cfg.variant, **cfg.model}}
     scratch["tokenizer"] = str(shards / "tokenizer")  # the pretrained arm's, so only the weights differ
     pre, rnd = [], []

@@ -97,6 +97,39 @@ def shards_for(vocab: int, out: Path, docs: list[str], split: str = "train") -> 
     return shards
 
 
+def pretrain_once(
+    config: str,
+    run_dir: Path,
+    steps: int,
+    overrides: dict[str, Any],
+    *,
+    evals: int,
+    threads: int | None = None,
+    log_every: int | None = None,
+) -> dict[str, Any]:
+    """Pretrain `config` for `steps` into `run_dir` with about `evals` held-out evaluations and one checkpoint
+    (plus `overrides`: shards, seed, the recipe), or the summary of a run that already finished there."""
+    done = run_dir / "summary.json"
+    if done.is_file():
+        return json.loads(done.read_text())
+    overrides = {
+        **overrides,
+        "train.output_dir": str(run_dir),
+        "train.max_steps": steps,
+        "train.eval_every": max(10, steps // evals),
+        "train.save_every": steps,
+        "train.keep_last": 1,
+    }
+    if log_every:
+        overrides["train.log_every"] = log_every
+    if threads:
+        overrides["train.threads"] = threads
+    t = time.perf_counter()
+    summary = pretrain(load_pretrain_config(config, overrides))
+    summary["wall_s"] = time.perf_counter() - t
+    return summary
+
+
 def steps_for(spec: dict[str, Any], args) -> int:
     """The step budget: --steps, or --tokens divided by the recipe's sequences per step x length."""
     if not args.tokens:
@@ -109,25 +142,9 @@ def run_recipe(name: str, out: Path, docs: list[str], args) -> dict[str, Any]:
     spec = recipe(name)
     shards = shards_for(spec["vocab"], out, docs)
     pre_dir = out / name / "pretrain"
-    done = pre_dir / "summary.json"
-    if done.is_file():
-        summary = json.loads(done.read_text())
-    else:
-        steps = steps_for(spec, args)
-        overrides = {
-            **spec["overrides"],
-            "data.shards": str(shards),
-            "data.eval_shards": str(shards_for(spec["vocab"], out, docs, "dev")),
-            "train.output_dir": str(pre_dir),
-            "train.max_steps": steps,
-            "train.eval_every": max(10, steps // 8),
-            "train.save_every": steps,
-            "train.keep_last": 1,
-            "train.seed": 0,
-        }
-        t = time.perf_counter()
-        summary = pretrain(load_pretrain_config(PRETRAIN, overrides))
-        summary["wall_s"] = time.perf_counter() - t
+    dev = shards_for(spec["vocab"], out, docs, "dev")
+    overrides = {**spec["overrides"], "data.shards": str(shards), "data.eval_shards": str(dev), "train.seed": 0}
+    summary = pretrain_once(PRETRAIN, pre_dir, steps_for(spec, args), overrides, evals=8)
     model = summary["final_dir"]
     arch = _arch(spec)
     scratch_init = {"model": "", "model_config": {"preset": "bert-mini", **arch}, "tokenizer": model}

@@ -20,7 +20,6 @@ import json
 import math
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +30,11 @@ from bertzoo.data.corpus import read_documents
 from bertzoo.data.shards import ShardedCorpus
 from bertzoo.loading import load_pretraining
 from bertzoo.precision import cpu_capability
-from bertzoo.train.pretrain import pretrain
 from bertzoo.transfo_xl import stream_nll
 
 CONFIG = "configs/pretrain/transformer-xl-mini.yaml"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from recipe_study import shards_for  # noqa: E402  (the same 8k-WordPiece Wikipedia shards)
+from recipe_study import pretrain_once, shards_for  # noqa: E402  (the same 8k-WordPiece Wikipedia shards)
 
 
 def dev_streams(shards: Path, num_streams: int, max_docs: int | None) -> torch.Tensor:
@@ -56,24 +54,16 @@ def dev_streams(shards: Path, num_streams: int, max_docs: int | None) -> torch.T
 def run_arm(memory: bool, seed: int, args, shards: Path, dev: Path, out: Path) -> Path:
     """Pretrain one arm (or reuse a finished run); returns its final directory."""
     run = out / f"{'memory' if memory else 'no-memory'}-{seed}"
-    if not (run / "summary.json").is_file():
-        overrides = {
-            "data.shards": str(shards),
-            "data.eval_shards": str(dev),
-            "objective_args.memory": memory,
-            "train.output_dir": str(run),
-            "train.max_steps": args.steps,
-            "train.eval_every": max(10, args.steps // 4),
-            "train.save_every": args.steps,
-            "train.keep_last": 1,
-            "train.seed": seed,
-            "train.log_every": max(1, args.steps // 20),
-        }
-        if args.threads:
-            overrides["train.threads"] = args.threads
-        t = time.perf_counter()
-        summary = pretrain(load_pretrain_config(CONFIG, overrides))
-        print(f"  {run.name}: {summary['steps']} steps in {time.perf_counter() - t:.0f} s", flush=True)
+    overrides = {
+        "data.shards": str(shards),
+        "data.eval_shards": str(dev),
+        "objective_args.memory": memory,
+        "train.seed": seed,
+    }
+    log = max(1, args.steps // 20)
+    summary = pretrain_once(CONFIG, run, args.steps, overrides, evals=4, threads=args.threads, log_every=log)
+    if "wall_s" in summary:  # trained now, not reused
+        print(f"  {run.name}: {summary['steps']} steps in {summary['wall_s']:.0f} s", flush=True)
     return run / "final"
 
 
