@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import random
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -99,6 +99,19 @@ class EpochPlan:
 
     def take(self, idx: np.ndarray) -> EpochPlan:
         return EpochPlan(self.a[idx], self.b[idx], self.label[idx], self.target[idx], self.max_tokens)
+
+    def layout(self, i: int, n: int, values: Callable[[int, int], np.ndarray], fill: int, dtype: Any) -> np.ndarray:
+        """Per-token values of example `i` (of `n` tokens) placed as its `input_ids` are laid out,
+        [CLS] A [SEP] (B [SEP]): `values(start, end)` gives a segment's global token range, `fill`
+        stands at the special tokens. How sidecars (unit flags, entity links) reach the examples."""
+        out = np.full(n, fill, dtype=dtype)
+        sa, ea = (int(x) for x in self.a[i])
+        out[1 : 1 + ea - sa] = values(sa, ea)
+        sb, eb = (int(x) for x in self.b[i])
+        if eb > sb:
+            b0 = 2 + ea - sa
+            out[b0 : b0 + eb - sb] = values(sb, eb)
+        return out
 
 
 class _Uniform:

@@ -174,15 +174,14 @@ class UnitDataset:
         plan = getattr(self.inner, "plan", None)
         if self.flags is None or plan is None:
             return None
-        out = np.zeros(n, dtype=np.uint8)  # special tokens: no flags (they are units of their own anyway)
+        # Special tokens: no flags (they are units of their own anyway).
+        out = plan.layout(i, n, self.flags.range, 0, np.uint8)
+        # A truncated segment starts a unit at every level.
         sa, ea = (int(x) for x in plan.a[i])
-        out[1 : 1 + ea - sa] = self.flags.range(sa, ea)
-        out[1] |= ALL_STARTS if ea > sa else 0  # a truncated segment starts a unit at every level
+        out[1] |= ALL_STARTS if ea > sa else 0
         sb, eb = (int(x) for x in plan.b[i])
         if eb > sb:
-            b0 = 2 + ea - sa
-            out[b0 : b0 + eb - sb] = self.flags.range(sb, eb)
-            out[b0] |= ALL_STARTS
+            out[2 + ea - sa] |= ALL_STARTS
         return out
 
     def __getitem__(self, i: int) -> dict[str, Any]:

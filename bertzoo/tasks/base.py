@@ -8,7 +8,7 @@ extractive QA and multiple choice share one training loop, one CLI and one repor
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -215,8 +215,11 @@ class TaskModel(nn.Module):
         # An Encoder's savings: the top layer for [CLS] alone, and an unread pooler not run (DDP would wait for
         # its gradients). A backbone without a pooler (XLNet) takes neither and computes every position.
         extra = {"top_queries": 1 if pooled and not self.reads_sequence else None, "pool": pooled}
+        # Entity links (ERNIE from Tsinghua), when the task's batches carry them (`link_entities`).
+        links = batch.extra.get("entity_ids")
+        side = {"entity_ids": links.reshape(ids.shape)} if links is not None else {}
         out = self.encoder(
-            ids, mask, types, output_hidden_states=bool(self.feature_layers), **(extra if self.poolable else {})
+            ids, mask, types, output_hidden_states=bool(self.feature_layers), **side, **(extra if self.poolable else {})
         )
         if not self.feature_layers:
             seq = out.last_hidden_state
@@ -313,6 +316,21 @@ class Task(ABC):
     def head_config(self) -> dict[str, Any]:
         """Everything needed to rebuild the head when loading a fine-tuned model (saved in config.json)."""
         return {"task": self.name, "labels": self.label_names()}
+
+
+def link_entities(task: Task, linker: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    """Make every batch the task collates (training, evaluation, prediction) carry `extra["entity_ids"]`,
+    `linker(input_ids)`: the entity links a knowledge-fusing backbone (ERNIE from Tsinghua) reads. Linking
+    the padded batch serves every task layout alike (pairs, choices, QA windows): special and padding
+    tokens never link."""
+    collate = task.collate
+
+    def linked(features: list[dict[str, Any]]) -> Batch:
+        batch = collate(features)
+        batch.extra["entity_ids"] = linker(batch.input_ids)
+        return batch
+
+    task.collate = linked  # type: ignore[method-assign]
 
 
 def batched_logits(
