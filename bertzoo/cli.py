@@ -67,6 +67,17 @@ positive_int = int_range(1)
 non_negative_int = int_range(0)
 
 
+def positive_float(text: str) -> float:
+    """An argparse `type` for a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text[:40]!r}") from None
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text[:40]}")
+    return value
+
+
 def _add_corpus_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--input",
@@ -211,7 +222,40 @@ def build_parser() -> argparse.ArgumentParser:
     at.add_argument("--png", default=None, help="write PNG heat maps: a .png file or a directory (needs matplotlib)")
     at.add_argument("--layer", type=non_negative_int, default=None, help="layer (from 0): one heat map with --head")
     at.add_argument("--head", type=non_negative_int, default=None, help="head (from 0): one heat map with --layer")
+    at.add_argument(
+        "--order",
+        type=position_list,
+        default=None,
+        metavar="POS,POS,...",
+        help="XLNet: the query stream's factorisation order, every token position once (default: left to right)",
+    )
     at.add_argument("--device", default="cpu", help="cpu, auto, cuda, cuda:N")
+
+    kg = sub.add_parser(
+        "kg-embed",
+        help="train TransE entity embeddings on a knowledge graph (ERNIE's entity vectors); see docs/knowledge.md",
+    )
+    kg.add_argument(
+        "--kg", required=True, help="wordnet, nations, kinships, umls, or a head<TAB>relation<TAB>tail file"
+    )
+    kg.add_argument(
+        "--out", "-o", required=True, help="output directory (entity_embeddings.safetensors, entities.json)"
+    )
+    kg.add_argument("--dim", type=positive_int, default=100, help="embedding width")
+    kg.add_argument("--epochs", type=positive_int, default=500, help="most epochs (early stopping on valid MRR)")
+    kg.add_argument("--lr", type=positive_float, default=0.01, help="learning rate")
+    kg.add_argument("--margin", type=positive_float, default=1.0, help="margin of the ranking loss")
+    kg.add_argument("--norm", type=int, choices=[1, 2], default=2, help="distance: L1 or L2")
+    kg.add_argument("--batch-size", type=positive_int, default=1024, help="triples per step")
+    kg.add_argument("--seed", type=non_negative_int, default=0, help="initialisation, sampling and the split")
+    kg.add_argument("--corruption", choices=["bern", "unif"], default="bern", help="which side negatives replace")
+    kg.add_argument("--optimizer", choices=["adam", "sgd"], default="adam", help="adam (sparse) or Bordes' sgd")
+    kg.add_argument("--eval-every", type=positive_int, default=10, help="epochs between valid evaluations")
+    kg.add_argument("--patience", type=positive_int, default=3, help="evaluations without improvement to stop")
+    kg.add_argument("--valid-limit", type=positive_int, default=2000, help="valid triples scored (seeded sample)")
+    kg.add_argument("--max-minutes", type=positive_float, default=None, help="stop training after this long")
+    kg.add_argument("--nouns-only", action="store_true", help="wordnet: noun synsets only")
+    kg.add_argument("--wordnet-dir", default=None, help="WordNet 3.0 dict directory (default /usr/share/wordnet)")
 
     info = sub.add_parser("info", help="describe a model, checkpoint, run, shard or tokenizer directory")
     info.add_argument("path")
@@ -450,6 +494,38 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_kg_embed(args: argparse.Namespace) -> int:
+    from bertzoo.data.kg import WORDNET_DIR, load_kg
+    from bertzoo.train.transe import train_transe
+
+    kg = load_kg(args.kg, nouns_only=args.nouns_only, seed=args.seed, wordnet_dir=args.wordnet_dir or WORDNET_DIR)
+    print(kg.summary(), file=sys.stderr)
+    result = train_transe(
+        kg,
+        dim=args.dim,
+        epochs=args.epochs,
+        lr=args.lr,
+        margin=args.margin,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        norm=args.norm,
+        out_dir=args.out,
+        eval_every=args.eval_every,
+        patience=args.patience,
+        corruption=args.corruption,
+        optimizer=args.optimizer,
+        valid_limit=args.valid_limit,
+        max_seconds=None if args.max_minutes is None else 60 * args.max_minutes,
+    )
+    test = result["test"]
+    scores = " ".join(f"{k} {v:.4f}" for k, v in test.items() if k != "mr")
+    print(
+        f"test (filtered): {scores} | best epoch {result['best_epoch']} of {result['epochs_run']} | "
+        f"{result['wall_seconds']:.0f}s -> {args.out}"
+    )
+    return 0
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     from bertzoo.info import describe
 
@@ -492,6 +568,11 @@ def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
     return rest, overrides
 
 
+def position_list(text: str) -> list[int]:
+    """An argparse `type` for `bertzoo attention --order`: token positions "4,0,8,2" (or space-separated)."""
+    return [non_negative_int(p) for p in text.replace(",", " ").split()]
+
+
 def cmd_attention(args: argparse.Namespace) -> int:
     from bertzoo.data.tokenizer import Tokenizer
     from bertzoo.io import write_atomic
@@ -508,7 +589,7 @@ def cmd_attention(args: argparse.Namespace) -> int:
     model = load(directory)[1] if read_config(directory)[1].is_encoder_decoder else load_encoder(directory)
     model = model.to(resolve_device(args.device))
     tokenizer = Tokenizer.load(directory)
-    groups = attention_groups(model, tokenizer, args.text, args.pair, target=args.target)
+    groups = attention_groups(model, tokenizer, args.text, args.pair, target=args.target, order=args.order)
     if args.out:
         texts = {"text": args.text, "pair": args.pair, "target": args.target}
         page = render_html(groups, title=args.model, layer=args.layer, head=args.head, **texts)
@@ -572,6 +653,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_export(args)
         if args.command == "attention":
             return cmd_attention(args)
+        if args.command == "kg-embed":
+            return cmd_kg_embed(args)
         if args.command == "info":
             return cmd_info(args)
         parser.error(f"unknown command {args.command}")

@@ -97,6 +97,13 @@ class ModelConfig:
     char_embedding_size: int = 16
     highway_layers: int = 0
     lstm_size: int = 0  # LSTM cell width, projected to hidden_size at each step
+    # --- ERNIE from Tsinghua (bertzoo.ernie_thu): the top knowledge_layers of the num_layers layers are
+    # aggregators that fuse knowledge-graph entity vectors (the K-encoder), the layers below them are plain
+    # BERT layers (the T-encoder). 0 for every other model.
+    knowledge_layers: int = 0
+    entity_size: int = 100  # width of the entity stream: the TransE vectors' dimension
+    entity_heads: int = 4  # heads of the entity self-attention
+    num_entities: int = 0  # rows of the frozen entity table, saved with the weights (0 = no table)
 
     def __post_init__(self) -> None:
         # Sizes first: a zero num_heads would otherwise fail the divisibility check with a ZeroDivisionError.
@@ -118,6 +125,43 @@ class ModelConfig:
             if getattr(self, name) < 0:
                 raise ConfigError(f"model.{name} must be >= 0 (0 = off), got {getattr(self, name)}")
         self._check_elmo_fields()
+        self._check_knowledge_fields()
+
+    def _check_knowledge_fields(self) -> None:
+        if not 0 <= self.knowledge_layers <= self.num_layers:
+            raise ConfigError(
+                f"model.knowledge_layers={self.knowledge_layers} must be in [0, num_layers={self.num_layers}]: "
+                "the knowledge layers are the top ones of the stack"
+            )
+        if self.entity_size <= 0 or self.entity_heads <= 0 or self.num_entities < 0:
+            raise ConfigError(
+                f"model.entity_size and model.entity_heads must be positive and num_entities >= 0, got "
+                f"{self.entity_size}, {self.entity_heads} and {self.num_entities}"
+            )
+        if self.entity_size % self.entity_heads:
+            raise ConfigError(
+                f"model.entity_size={self.entity_size} is not divisible by model.entity_heads={self.entity_heads}; "
+                "choose entity_heads dividing the entity vectors' width (4 for 100)"
+            )
+        if self.knowledge_layers:
+            unsupported = [
+                what
+                for what, bad in (
+                    (f"norm={self.norm!r}", self.norm != "post"),
+                    (f"norm_kind={self.norm_kind!r}", self.norm_kind != "layernorm"),
+                    (f"share={self.share!r}", self.share != "none"),
+                    ("causal attention", self.causal),
+                    ("a gated feed-forward", self.ffn_gated),
+                    ("a decoder", self.num_decoder_layers > 0),
+                    ("relative position buckets", self.relative_buckets > 0),
+                )
+                if bad
+            ]
+            if unsupported:
+                raise ConfigError(
+                    f"model.knowledge_layers={self.knowledge_layers} needs BERT's post-norm encoder layers, but the "
+                    f"model has {', '.join(unsupported)}; use ERNIE-THU's presets"
+                )
 
     def _check_elmo_fields(self) -> None:
         filters = []

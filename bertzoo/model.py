@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -165,9 +166,12 @@ class Encoder(nn.Module):
     # the model does not import them (docs/architecture.md, "Layers").
 
 
-def make_layer(c: ModelConfig, *, cross_attention: bool = False) -> TransformerLayer:
-    """One layer of the stack `c` describes (a decoder layer of an encoder-decoder with `cross_attention`)."""
-    return TransformerLayer(
+def make_layer(
+    c: ModelConfig, *, cross_attention: bool = False, layer_class: Callable[..., TransformerLayer] = TransformerLayer
+) -> TransformerLayer:
+    """One layer of the stack `c` describes (a decoder layer of an encoder-decoder with `cross_attention`);
+    `layer_class`: a TransformerLayer subclass taking the same arguments (ERNIE-THU's knowledge layer)."""
+    return layer_class(
         c.hidden_size,
         c.num_heads,
         c.intermediate_size,

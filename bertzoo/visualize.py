@@ -2,17 +2,24 @@
 
 The data model is a list of named **attention groups**. A group is one kind of attention in a model:
 its query tokens, its key tokens, and a (layers, heads, queries, keys) array of probabilities (each
-row sums to 1). An encoder has one group ("self-attention", bidirectional), a decoder-only model (GPT)
-one causal group (lower-triangular); the page and the PNGs draw any list of groups, so an
-encoder-decoder has "encoder", "decoder" and "cross" groups (and XLNet could add its two streams)
-without touching the drawing code.
+row sums to 1, except a row that can see no key at all: it is all zeros and the group's `note` says so).
+An encoder has one group ("self-attention", bidirectional), a decoder-only model (GPT) one causal group
+(lower-triangular); the page and the PNGs draw any list of groups, so an encoder-decoder has "encoder",
+"decoder" and "cross" groups and XLNet its two streams without touching the drawing code.
 
 How a model becomes groups: `BUILDERS` is the one explicit table of builders, tried in order; each
-takes `(model, tokenizer, text, pair, target)` and returns the groups, or None when the model is not its
-kind. An encoder reads `[CLS] text [SEP] (pair [SEP])` and gives one group. An encoder-decoder (T5)
-reads `text` as the source and `target` on the decoder side (shifted right after its start token) and
-gives three: `encoder` (bidirectional, source x source), `decoder` (causal, target x target) and
-`cross` (target tokens as queries, source tokens as keys).
+takes `(model, tokenizer, text, pair, target, order)` and returns the groups, or None when the model is
+not its kind. An encoder reads `[CLS] text [SEP] (pair [SEP])` and gives one group. An encoder-decoder
+(T5) reads `text` as the source and `target` on the decoder side (shifted right after its start token)
+and gives three: `encoder` (bidirectional, source x source), `decoder` (causal, target x target) and
+`cross` (target tokens as queries, source tokens as keys). XLNet reads what its tasks read (the
+tokenizer's `encode(text, pair)`, segment ids included) and gives two: `content stream` (one run
+without a factorisation order: bidirectional, or causal for attn_type "uni") and `query stream` (kind
+"query-stream": a second run where every position is predicted in the factorisation order `order`, by
+default left to right, so each query sees only the tokens before it in that order and never itself; the
+content stream of that run is restricted to the order too, as in pretraining, so nothing leaks through
+the layers). A query that sees no token (the first in the order) has an empty row: the model would spread
+it evenly over every key, which means nothing.
 
 Python API: `attention_groups`, `attention_html`, `attention_png`; `render_html` / `render_png` draw
 groups already computed (the CLI computes them once for both). `bertzoo attention` is the command.
@@ -36,6 +43,7 @@ from bertzoo.data.seq2seq_collate import end_token_id
 from bertzoo.encdec import EncoderDecoder
 from bertzoo.errors import ConfigError, DataError
 from bertzoo.model import Encoder
+from bertzoo.xlnet import XLNet, stream_masks
 
 __all__ = [
     "AttentionGroup",
@@ -44,12 +52,15 @@ __all__ = [
     "attention_html",
     "attention_png",
     "find_encoder_decoder",
+    "find_xlnet",
     "render_html",
     "render_png",
     "require_matplotlib",
 ]
 
-KINDS = ("bidirectional", "causal", "cross")
+# "query-stream": XLNet's query stream, whose queries see the tokens before them in a factorisation order and
+# never themselves (no diagonal, and not lower-triangular unless the order is left to right).
+KINDS = ("bidirectional", "causal", "cross", "query-stream")
 # Weights are written to the page with this many decimals (the JSON stays small; 5e-5 is invisible).
 DECIMALS = 4
 # The head view draws no line for a weight below this (it would be invisible: opacity = weight).
@@ -63,13 +74,15 @@ PLOT_HINT = "PNG output needs matplotlib; install it with pip install 'bertzoo[p
 @dataclass
 class AttentionGroup:
     """One kind of attention of a model: `weights[layer, head, q, k]` is how much query token q
-    attends to key token k (probabilities, each row sums to 1)."""
+    attends to key token k (probabilities, each row sums to 1; a query that may see no key has a row of
+    zeros, which `note` explains). `note` is shown on the page under the group's kind."""
 
     name: str
-    kind: str  # "bidirectional", "causal" or "cross"
+    kind: str  # one of KINDS
     queries: list[str]
     keys: list[str]
     weights: np.ndarray  # (layers, heads, len(queries), len(keys)) float32
+    note: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -99,6 +112,7 @@ class AttentionGroup:
             "layers": self.num_layers,
             "heads": self.num_heads,
             "weights": np.round(self.weights.astype(np.float64), DECIMALS).tolist(),
+            "note": self.note,
         }
 
 
@@ -167,8 +181,16 @@ def _in_eval_mode(module: nn.Module, run: Callable[[], Any]) -> Any:
         module.train(was_training)
 
 
+def _refuse_order(model: nn.Module, order: list[int] | None) -> None:
+    if order is not None:
+        raise ConfigError(
+            f"a factorisation order (--order) is for XLNet's query stream; this {type(model).__name__} has none: "
+            "drop --order"
+        )
+
+
 def _encoder_groups(
-    model: nn.Module, tokenizer, text: str, pair: str | None, target: str | None
+    model: nn.Module, tokenizer, text: str, pair: str | None, target: str | None, order: list[int] | None
 ) -> list[AttentionGroup] | None:
     """One group for an encoder: "self-attention", bidirectional, or causal for a decoder-only model (GPT).
     The input is what the model reads in fine-tuning: [CLS] text [SEP] (pair [SEP])."""
@@ -178,6 +200,7 @@ def _encoder_groups(
             f"a target text (--target) is for encoder-decoder models (T5); this {type(model).__name__} reads one "
             "sequence: drop --target (a second segment is --pair)"
         )
+    _refuse_order(model, order)
     encoded = tokenizer.encode(text, pair)
     ids = list(encoded.ids)
     _check_length(ids, encoder, "text")
@@ -222,7 +245,7 @@ def _end_token_ids(config: ModelConfig, tokenizer) -> list[int]:
 
 
 def _encoder_decoder_groups(
-    model: nn.Module, tokenizer, text: str, pair: str | None, target: str | None
+    model: nn.Module, tokenizer, text: str, pair: str | None, target: str | None, order: list[int] | None
 ) -> list[AttentionGroup] | None:
     """Three groups for an encoder-decoder (T5): `encoder` over the source (`text` and the end token),
     `decoder` (causal) over the decoder's input and `cross` from the decoder's input to the source. The
@@ -233,6 +256,7 @@ def _encoder_decoder_groups(
     if encdec is None:
         return None
     name = type(model).__name__
+    _refuse_order(model, order)
     if pair is not None:
         raise ConfigError(
             f"an encoder-decoder ({name}) reads one source text: give the decoder's text as the target "
@@ -270,25 +294,135 @@ def _encoder_decoder_groups(
     ]
 
 
+def find_xlnet(model: nn.Module) -> XLNet | None:
+    """The bertzoo XLNet backbone of a model: the model itself, or the `.encoder` its pretraining objective
+    (PermutationLM) and task models hold; None for any other model."""
+    if isinstance(model, XLNet):
+        return model
+    inner = getattr(model, "encoder", None)
+    return inner if isinstance(inner, XLNet) else None
+
+
+def _checked_order(order: Any, tokens: list[str]) -> list[int]:
+    """`order` as a list of positions, checked to be a permutation of 0..len(tokens)-1."""
+    n = len(tokens)
+    try:
+        positions = [int(p) for p in order]
+        ok = all(not isinstance(p, bool) and int(p) == p for p in order) and sorted(positions) == list(range(n))
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        shown = " ".join(f"{i}:{t}" for i, t in enumerate(tokens))
+        raise DataError(
+            f"the factorisation order must list every position 0..{n - 1} once (the input is {n} tokens: {shown}); "
+            f"got {order!r:.200}"
+        )
+    return positions
+
+
+def order_mask(order: list[int]) -> torch.Tensor:
+    """(seq, seq) float perm_mask of a factorisation order (`order[r]` is the position predicted r-th):
+    1 where query i may not see key j, i.e. where j does not come before i in the order (itself included)."""
+    rank = torch.empty(len(order), dtype=torch.long)
+    rank[torch.tensor(order, dtype=torch.long)] = torch.arange(len(order))
+    return (rank[None, :] >= rank[:, None]).float()
+
+
+def _xlnet_groups(
+    model: nn.Module, tokenizer, text: str, pair: str | None, target: str | None, order: list[int] | None
+) -> list[AttentionGroup] | None:
+    """XLNet's two streams on what its tasks read (`tokenizer.encode(text, pair)`, with segment ids):
+    `content stream`, a run without a factorisation order (every token sees every token, or the tokens up to
+    it when the model is causal), and `query stream`, a second run with `perm_mask` stating `order` (default
+    0..seq-1, left to right) and `target_mapping` predicting every position, rows in position order. Rows
+    of the query stream that can see no key are set to zero (the model spreads them evenly over all keys)."""
+    xlnet = find_xlnet(model)
+    if xlnet is None:
+        return None
+    name = type(model).__name__
+    if target is not None:
+        raise ConfigError(
+            f"a target text (--target) is for encoder-decoder models (T5); this {name} (XLNet) reads one sequence: "
+            "drop --target (a second segment is --pair)"
+        )
+    encoded = tokenizer.encode(text, pair)
+    ids = list(encoded.ids)
+    tokens = [display_token(tokenizer, i) for i in ids]
+    natural = order is None
+    order = list(range(len(ids))) if natural else _checked_order(order, tokens)
+    config = xlnet.config
+    device = next(xlnet.parameters()).device
+    input_ids = torch.tensor([ids], device=device)
+    type_ids = torch.tensor([encoded.type_ids], device=device)
+    perm_mask = order_mask(order).to(device)[None]  # (1, seq, seq)
+    target_mapping = torch.eye(len(ids), device=device)[None]  # (1, seq, seq): predict every position
+
+    def run() -> tuple[Any, Any]:
+        content = xlnet(input_ids, token_type_ids=type_ids, output_attentions=True)
+        query = xlnet(
+            input_ids,
+            token_type_ids=type_ids,
+            perm_mask=perm_mask,
+            target_mapping=target_mapping,
+            output_attentions=True,
+        )
+        return content, query
+
+    content, query = _in_eval_mode(xlnet, run)
+    content_weights = _stacked(content.attentions, model)  # (layers, heads, seq, seq)
+    query_weights = _stacked(query.query_attentions, model)  # (layers, heads, seq, seq): row = predicted position
+    # The keys each query may see, by the model's own rule (the order, and the causal one for attn_type "uni").
+    _, visible = stream_masks(
+        1, len(ids), 0, device, perm_mask=perm_mask, causal=config.causal, same_length=config.same_length
+    )
+    blind = ~visible[0, 0].any(-1).cpu().numpy()  # (seq,) True: the query sees no key
+    query_weights[:, :, blind, :] = 0.0
+    how = (
+        "left to right (the natural order)"
+        if natural
+        else "in the factorisation order " + " ".join(str(p) for p in order) + " (positions from 0)"
+    )
+    note = (
+        f"Row i is position i predicted {how}, every token predicted: its query sees only the tokens before it "
+        "in that order, never its own."
+    )
+    if blind.any():
+        who = ", ".join(f"{tokens[i]} (position {i})" for i in np.flatnonzero(blind))
+        note += f" Empty rows: {who} can see no token (the model would spread its weight evenly over all keys)."
+    content_kind = "causal" if config.causal else "bidirectional"
+    return [
+        AttentionGroup("content stream", content_kind, tokens, tokens, content_weights),
+        AttentionGroup("query stream", "query-stream", tokens, tokens, query_weights, note=note),
+    ]
+
+
 # Tried in order; the first builder that returns groups wins (an explicit table, no registration). The
-# encoder-decoder comes first: T5's model also holds an Encoder as .encoder, which the second would read.
-BUILDERS = (_encoder_decoder_groups, _encoder_groups)
+# encoder-decoder comes first: T5's model also holds an Encoder as .encoder, which the last would read.
+# XLNet's backbone is not an Encoder: the encoder builder would refuse it.
+BUILDERS = (_encoder_decoder_groups, _xlnet_groups, _encoder_groups)
 
 
 def attention_groups(
-    model: nn.Module, tokenizer, text: str, pair: str | None = None, *, target: str | None = None
+    model: nn.Module,
+    tokenizer,
+    text: str,
+    pair: str | None = None,
+    *,
+    target: str | None = None,
+    order: list[int] | None = None,
 ) -> list[AttentionGroup]:
-    """The attention groups of `model` on `text` (and `pair`, an encoder's second segment; an
-    encoder-decoder needs `target`, the decoder's text). Empty text, text longer than the model
-    accepts, a missing or misplaced target and models without attention outputs are one-line
-    BertzooErrors."""
+    """The attention groups of `model` on `text` (and `pair`, an encoder's or XLNet's second segment; an
+    encoder-decoder needs `target`, the decoder's text; `order`, XLNet's factorisation order for its query
+    stream: every token position once, the first predicted first; default left to right). Empty text, text
+    longer than the model accepts, a missing or misplaced target or order and models without attention
+    outputs are one-line BertzooErrors."""
     _checked_text(text, "text")
     if pair is not None:
         _checked_text(pair, "pair text")
     if target is not None:
         _checked_text(target, "target text")
     for build in BUILDERS:
-        groups = build(model, tokenizer, text, pair, target)
+        groups = build(model, tokenizer, text, pair, target, order)
         if groups is not None:
             return groups
     raise ConfigError(f"a {type(model).__name__} has no attention outputs bertzoo can read")
@@ -370,15 +504,16 @@ def attention_html(
     pair: str | None = None,
     *,
     target: str | None = None,
+    order: list[int] | None = None,
     title: str = "",
     layer: int | None = None,
     head: int | None = None,
 ) -> str:
     """An offline HTML page showing `model`'s attention on `text` (and `pair`, or an encoder-decoder's
-    `target`): a head view (tokens in
+    `target`; `order`: XLNet's, see `attention_groups`): a head view (tokens in
     two columns linked by lines whose opacity is the weight; layer and head selectable; hovering a token
     shows its links only) and a model view (every layer x head as a small heat map; click to select)."""
-    groups = attention_groups(model, tokenizer, text, pair, target=target)
+    groups = attention_groups(model, tokenizer, text, pair, target=target, order=order)
     title = title or type(model).__name__
     return render_html(groups, title=title, text=text, pair=pair, target=target, layer=layer, head=head)
 
@@ -408,13 +543,14 @@ def render_png(
     """A PNG heat map of one layer and head (`inches` square, token labels on both axes), or with neither
     a grid of every layer x head (`cell_inches` per map). The image is exactly that size x `dpi` pixels.
     `path` is a .png file, or a directory to write `layer{L}_head{H}.png` / `all_heads.png` into (named
-    `{group}_layer{L}_head{H}.png` / `{group}_all_heads.png` when there are several groups)."""
+    `{group}_layer{L}_head{H}.png` / `{group}_all_heads.png` when there are several groups, spaces in the
+    group's name as underscores: `query_stream_all_heads.png`)."""
     Figure = require_matplotlib()
     g = groups[_pick(groups, group)]
     _check_layer_head(g, layer, head)
     path = Path(path)
     if path.suffix.lower() != ".png":
-        prefix = "" if len(groups) == 1 else f"{g.name}_"  # an encoder-decoder's three groups, side by side
+        prefix = "" if len(groups) == 1 else f"{g.name.replace(' ', '_')}_"  # several groups, side by side
         path = path / (prefix + (f"layer{layer}_head{head}.png" if layer is not None else "all_heads.png"))
     path.parent.mkdir(parents=True, exist_ok=True)
     suffix = "" if len(groups) == 1 else f" ({g.name})"
@@ -455,6 +591,7 @@ def attention_png(
     pair: str | None = None,
     *,
     target: str | None = None,
+    order: list[int] | None = None,
     layer: int | None = None,
     head: int | None = None,
     group: int | str = 0,
@@ -463,7 +600,7 @@ def attention_png(
     """A PNG heat map of `model`'s attention on `text`: one layer and head, or every one as a grid
     (`render_png`); needs matplotlib (`pip install 'bertzoo[plot]'`)."""
     require_matplotlib()  # before running the model
-    groups = attention_groups(model, tokenizer, text, pair, target=target)
+    groups = attention_groups(model, tokenizer, text, pair, target=target, order=order)
     return render_png(groups, path, group=group, layer=layer, head=head, **kwargs)
 
 
@@ -488,6 +625,7 @@ _PAGE = """<!doctype html>
   <label>Head <select id="head"></select></label>
   <span id="kind"></span>
 </nav>
+<p id="note"></p>
 <main>
   <section id="head-view">
     <h2>Head view</h2>
@@ -516,6 +654,8 @@ h2 { font-size: 15px; margin: 8px 0 4px; }
 #about { margin: 0 0 8px; color: #555; font-size: 13px; }
 #controls { display: flex; gap: 16px; align-items: center; font-size: 14px; margin-bottom: 8px; flex-wrap: wrap; }
 #kind { color: #555; font-size: 13px; }
+#note { color: #555; font-size: 13px; margin: 0 0 8px; max-width: 900px; }
+#note:empty { display: none; }
 main { display: flex; gap: 32px; align-items: flex-start; flex-wrap: wrap; }
 .hint { color: #666; font-size: 12px; max-width: 420px; margin: 0 0 4px; }
 #status { font-size: 12px; font-family: ui-monospace, monospace; min-height: 1.2em; margin: 0 0 4px; }
@@ -612,6 +752,11 @@ _SCRIPT = r"""
     var best = order.slice(0, 3).map(function (j) { return names[j] + " " + row[j].toFixed(3); });
     var who = side === "q" ? "query " : "key ";
     var verb = side === "q" ? " attends to: " : " is attended by: ";
+    // An empty row or column (XLNet's query stream: a query that sees no token, a key no query sees).
+    if (row.every(function (a) { return a === 0; })) {
+      verb = side === "q" ? " attends to nothing" : " is attended by nothing";
+      best = [];
+    }
     $("status").textContent = who + index + " " + (side === "q" ? g.queries : g.keys)[index] + verb + best.join(", ");
   }
 
@@ -690,9 +835,12 @@ _SCRIPT = r"""
     var kinds = {
       bidirectional: "bidirectional: every token attends to every token",
       causal: "causal: each token attends to itself and the tokens before it",
-      cross: "cross-attention: target tokens (queries) attend to source tokens (keys)"
+      cross: "cross-attention: target tokens (queries) attend to source tokens (keys)",
+      "query-stream": "query stream: each position is predicted from the tokens before it in the factorisation " +
+        "order, never from its own token"
     };
     $("kind").textContent = g.name + " \u2014 " + (kinds[g.kind] || g.kind);
+    $("note").textContent = g.note || "";
     drawModelView();
     drawHeadView();
   }

@@ -399,7 +399,23 @@ NUMERIC_OPTIONS = [
     ("generate", ["model", "-i", "in.jsonl", "-o", "out.jsonl"], "--batch-size", 1, sys.maxsize),
     ("attention", ["model", "--text", "x", "--out", "v.html"], "--layer", 0, sys.maxsize),
     ("attention", ["model", "--text", "x", "--out", "v.html"], "--head", 0, sys.maxsize),
+    ("kg-embed", ["--kg", "nations", "--out", "kg"], "--dim", 1, sys.maxsize),
+    ("kg-embed", ["--kg", "nations", "--out", "kg"], "--epochs", 1, sys.maxsize),
+    ("kg-embed", ["--kg", "nations", "--out", "kg"], "--batch-size", 1, sys.maxsize),
+    ("kg-embed", ["--kg", "nations", "--out", "kg"], "--seed", 0, sys.maxsize),
+    ("kg-embed", ["--kg", "nations", "--out", "kg"], "--eval-every", 1, sys.maxsize),
+    ("kg-embed", ["--kg", "nations", "--out", "kg"], "--patience", 1, sys.maxsize),
+    ("kg-embed", ["--kg", "nations", "--out", "kg"], "--valid-limit", 1, sys.maxsize),
 ]
+# Typed options that are not integer ranges, so the integer fuzzing below does not fit them: positive floats,
+# an L1/L2 choice, and attention's list of token positions (each tested in its own command's tests).
+OTHER_TYPED = {
+    ("kg-embed", "--lr"),
+    ("kg-embed", "--margin"),
+    ("kg-embed", "--max-minutes"),
+    ("kg-embed", "--norm"),
+    ("attention", "--order"),
+}
 
 
 def _typed_options(parser: argparse.ArgumentParser, command: tuple[str, ...] = ()) -> set[tuple[str, str]]:
@@ -418,7 +434,8 @@ def test_the_fuzzed_options_are_all_numeric_options():
     """A new option with a `type` must join NUMERIC_OPTIONS (so the test below covers it), or this fails."""
     from bertzoo.cli import build_parser
 
-    assert _typed_options(build_parser()) == {(command, option) for command, _, option, _, _ in NUMERIC_OPTIONS}
+    numeric = {(command, option) for command, _, option, _, _ in NUMERIC_OPTIONS}
+    assert _typed_options(build_parser()) == numeric | OTHER_TYPED
 
 
 def _accepted(text: str, low: int, high: int) -> bool:

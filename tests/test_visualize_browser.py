@@ -214,3 +214,40 @@ def test_switching_groups_shows_cross_attention(browser, tmp_path) -> None:
     assert json.loads(browser.find_element(By.ID, "attention-data").get_attribute("textContent"))["groups"][1][
         "name"
     ] == ("cross")
+
+
+def test_xlnets_query_stream_draws_no_line_to_itself_or_a_later_token(browser, tokenizer, tmp_path) -> None:
+    """XLNet's two groups: the group selector switches from the content stream (lines both ways) to the
+    query stream in a given order, whose lines all go to tokens earlier in that order; the query predicted
+    first has no line, says so on hover, and is a white row in its heat map."""
+    from test_visualize_xlnet import ORDER, tiny_xlnet
+
+    content, query = attention_groups(tiny_xlnet(tokenizer), tokenizer, TEXT, order=ORDER)
+    open_page(browser, tmp_path / "xlnet.html", render_html([content, query], text=TEXT))
+    assert browser.find_element(By.ID, "kind").text.startswith("content stream")
+    assert not browser.find_element(By.ID, "note").is_displayed()  # the content stream has no note
+    shown = shown_lines(browser)
+    assert any(k > q for q, k in shown)  # bidirectional: lines to later tokens
+    assert_lines(shown, expected_lines(content.weights[0, 0]))
+
+    Select(browser.find_element(By.ID, "group")).select_by_visible_text("query stream")
+    assert "each position is predicted from the tokens before it" in browser.find_element(By.ID, "kind").text
+    note = browser.find_element(By.ID, "note")
+    assert note.is_displayed() and "4 0 8 2 6 1 3 7 5" in note.text
+    rank = {position: r for r, position in enumerate(ORDER)}
+    for layer, head in [(0, 0), (1, 1)]:
+        Select(browser.find_element(By.ID, "layer")).select_by_value(str(layer))
+        Select(browser.find_element(By.ID, "head")).select_by_value(str(head))
+        shown = shown_lines(browser)
+        assert shown and all(rank[k] < rank[q] for q, k in shown)
+        assert_lines(shown, expected_lines(query.weights[layer, head]))
+    first = ORDER[0]  # "on": it sees no token
+    ActionChains(browser).move_to_element(
+        browser.find_element(By.CSS_SELECTOR, f'#head-svg text.tok.q[data-i="{first}"]')
+    ).perform()
+    assert shown_lines(browser) == {}
+    assert browser.find_element(By.ID, "status").text == f"query {first} on attends to nothing"
+    ActionChains(browser).move_to_element(browser.find_element(By.TAG_NAME, "h1")).perform()
+    darkness = thumb_pixels(browser, 1, 1, len(TOKENS), len(TOKENS))
+    np.testing.assert_allclose(darkness, query.weights[1, 1], atol=0.01)
+    assert np.all(darkness[first] < 0.01)  # a white row

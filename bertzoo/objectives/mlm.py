@@ -119,7 +119,11 @@ class MaskedLM(nn.Module):
         return counts
 
     def forward(self, batch: Batch) -> ObjectiveOutput:
-        out = self.encode(batch)
+        return self.losses(self.encode(batch), batch)
+
+    def losses(self, out: EncoderOutput, batch: Batch) -> ObjectiveOutput:
+        """The masked-LM (+ sentence-pair) terms of an encoder pass `out` over `batch` (a subclass adding a
+        term of its own, ERNIE-THU's dEA, reads the same pass)."""
         hidden = out.last_hidden_state  # (batch, seq, hidden)
         mlm_loss, metrics, counts = self.mlm_loss(hidden, batch.labels)
         loss = mlm_loss

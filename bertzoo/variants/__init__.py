@@ -36,6 +36,7 @@ from bertzoo.variants import (
     electra,
     elmo,
     ernie,
+    ernie_thu,
     gpt,
     mass,
     roberta,
@@ -61,6 +62,7 @@ VARIANTS: dict[str, ModuleType] = {
     "xlnet": xlnet,
     "transfo-xl": transfo_xl,
     "elmo": elmo,
+    "ernie-thu": ernie_thu,
 }
 
 

@@ -1,0 +1,202 @@
+"""ERNIE from Tsinghua (Zhang et al. 2019, "ERNIE: Enhanced Language Representation with Informative
+Entities"): BERT whose top layers fuse knowledge-graph entity vectors (`bertzoo.ernie_thu.ErnieThu`), pretrained
+with masked LM (+ NSP) and the denoising entity auto-encoder (`bertzoo.objectives.knowledge.KnowledgeLM`).
+
+* Entities: `objective_args.entities` names a `bertzoo kg-embed` directory (TransE vectors of WordNet, ...,
+  docs/knowledge.md). A fresh model copies its table into a frozen input table and sets `model.num_entities`;
+  a saved checkpoint holds the table in its weights (config.json has num_entities > 0).
+* Data: BERT's examples (single segments for mlm+dea, NSP pairs for mlm+nsp+dea) with the shards' entity
+  links (`bertzoo.data.entity_link`: each mention's entity at its first token), token masking as BERT's and
+  the dEA corruption of the alignments (`bertzoo.data.entity_collate`): `objective_args.entity_replace`
+  (0.05) and `entity_mask` (0.15) of the aligned positions get another entity or none.
+* Fine-tuning: the backbone is an `ErnieThu` (an Encoder subclass); task batches that carry
+  `extra["entity_ids"]` (`bertzoo.tasks.base.link_entities`) feed the entity stream, batches without them run
+  the knowledge layers as BERT layers.
+* Hugging Face has no ERNIE-THU: an export writes the token stream as BERT (BertModel / BertForMaskedLM /
+  BertForPreTraining) with a warning, which equals the model run without entities.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+import bertzoo.variants.bert as bert
+from bertzoo.config import ModelConfig, PretrainConfig, preset_config
+from bertzoo.data.entity_collate import ENTITY_MASK, ENTITY_REPLACE, EntityMaskingCollator, check_shares
+from bertzoo.ernie_thu import ErnieThu
+from bertzoo.errors import ConfigError
+from bertzoo.objectives.knowledge import KnowledgeLM
+
+# The paper's base model: 6 T-encoder + 6 K-encoder layers of BERT-base, 100-wide TransE entity vectors with 4
+# heads. mini (BERT-mini's shape, the top 2 of 4 layers fusing) trains on a CPU; tiny (1 + 1) is for tests. The
+# knowledge layers are the top half of the stack unless model.knowledge_layers says otherwise (`model_config`).
+PRESETS: dict[str, dict[str, Any]] = {
+    "ernie-thu-tiny": {
+        "num_layers": 2,
+        "hidden_size": 128,
+        "num_heads": 2,
+        "intermediate_size": 512,
+    },
+    "ernie-thu-mini": {
+        "num_layers": 4,
+        "hidden_size": 256,
+        "num_heads": 4,
+        "intermediate_size": 1024,
+    },
+    "ernie-thu-base": {
+        "num_layers": 12,
+        "hidden_size": 768,
+        "num_heads": 12,
+        "intermediate_size": 3072,
+    },
+}
+DEFAULTS: dict[str, Any] = {"entity_size": 100, "entity_heads": 4}
+
+OBJECTIVES = ("mlm+dea", "mlm+nsp+dea")
+DEFAULT_OBJECTIVE = "mlm+dea"
+ARGS = ("entities", "entity_replace", "entity_mask")
+
+
+def model_config(spec: dict[str, Any]) -> ModelConfig:
+    """A ModelConfig from `{"preset": name, **overrides}` (or plain fields); without `knowledge_layers` the top
+    half of the layers (at least one) fuse entities, the paper's 6 of 12."""
+    spec = dict(spec)
+    if "knowledge_layers" not in spec:
+        layers = spec.get("num_layers", PRESETS.get(spec.get("preset"), {}).get("num_layers", ModelConfig.num_layers))
+        if isinstance(layers, int) and layers > 0:
+            spec["knowledge_layers"] = max(1, layers // 2)
+    return preset_config(spec, PRESETS, variant="ernie-thu", family="ERNIE-THU", defaults=DEFAULTS)
+
+
+def _sentence_task(objective: str) -> str | None:
+    if objective not in OBJECTIVES:
+        raise ConfigError(
+            f"objective={objective!r} is not available for ERNIE-THU; choose one of: {', '.join(OBJECTIVES)}"
+        )
+    return "nsp" if objective == "mlm+nsp+dea" else None
+
+
+def _entities_dir(entities: Any) -> Path:
+    """The kg-embed directory of objective_args.entities, which the data recipe needs."""
+    if not entities:
+        raise ConfigError(
+            "ERNIE-THU needs objective_args.entities: a `bertzoo kg-embed` directory (e.g. runs/kg/wordnet)"
+        )
+    return Path(entities)
+
+
+def build(
+    config: ModelConfig,
+    objective: str = DEFAULT_OBJECTIVE,
+    entities: str | None = None,
+    entity_replace: float = ENTITY_REPLACE,
+    entity_mask: float = ENTITY_MASK,
+) -> KnowledgeLM:
+    """The pretraining module, its frozen entity table read from the kg-embed directory `entities` (its size
+    sets num_entities; its width must be model.entity_size). The shares are validated here and used by the
+    collator. Without `entities` the table is random (config.num_entities rows) or absent (0): a module to load
+    weights into, or one that never sees an entity; a pretraining run's data recipe refuses to go without."""
+    from bertzoo.data.kg import load_entity_embeddings
+
+    sentence_task = _sentence_task(objective)
+    check_shares(entity_replace, entity_mask)
+    if not entities:
+        return KnowledgeLM(ErnieThu(config), sentence_task=sentence_task)
+    directory = Path(entities)
+    table, _, _ = load_entity_embeddings(directory)
+    count, width = table.shape
+    if width != config.entity_size:
+        raise ConfigError(
+            f"the entity vectors in {directory} are {width} wide but model.entity_size={config.entity_size}; "
+            f"set model.entity_size: {width}"
+        )
+    if config.num_entities not in (0, count):
+        raise ConfigError(
+            f"model.num_entities={config.num_entities} but {directory} holds {count} entities; remove "
+            "model.num_entities (it follows the table)"
+        )
+    config = dataclasses.replace(config, num_entities=int(count))
+    model = KnowledgeLM(ErnieThu(config), sentence_task=sentence_task)
+    model.encoder.set_entity_table(table)
+    return model
+
+
+def encoder_model(config: ModelConfig) -> ErnieThu:
+    """The (empty) backbone an ERNIE-THU directory loads into (bertzoo.loading.load_encoder); the entity table
+    comes with the weights."""
+    return ErnieThu(config)
+
+
+def pretraining_model(raw: dict[str, Any], config: ModelConfig, state: dict[str, torch.Tensor]) -> nn.Module:
+    """The (empty) module an ERNIE-THU pretraining checkpoint loads into (bertzoo.loading.load_pretraining)."""
+    objective = raw.get("objective") or ("mlm+nsp+dea" if "nsp_head.classifier.weight" in state else "mlm+dea")
+    return KnowledgeLM(ErnieThu(config), sentence_task=_sentence_task(objective))
+
+
+def _args(cfg: PretrainConfig) -> dict[str, Any]:
+    unknown = set(cfg.objective_args) - set(ARGS)
+    if unknown:
+        raise ConfigError(f"unknown ERNIE-THU objective_args {sorted(unknown)}; use {', '.join(ARGS)}")
+    return cfg.objective_args
+
+
+def examples(cfg: PretrainConfig, corpus, tokenizer, *, world_size: int = 1):
+    """BERT's examples (NSP pairs with mlm+nsp+dea, else single segments) with their `entity_ids`: the shards'
+    entity links to the KG of objective_args.entities, linked once and stored beside the shards."""
+    from bertzoo.data.entity_link import EntityDataset, entity_sidecar
+
+    nsp = _sentence_task(cfg.objective or DEFAULT_OBJECTIVE) is not None
+    inner = bert.examples(dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, nsp=nsp)), corpus, tokenizer)
+    return EntityDataset(inner, entity_sidecar(corpus, _entities_dir(_args(cfg).get("entities"))))
+
+
+def collator(cfg: PretrainConfig, tokenizer) -> EntityMaskingCollator:
+    """BERT's token masking plus the dEA corruption of the entity alignments."""
+    args = _args(cfg)
+    if cfg.data.masking.strategy != "token":
+        raise ConfigError(
+            f"ERNIE-THU masks tokens as BERT does; data.masking.strategy={cfg.data.masking.strategy!r} is not "
+            "available for it (remove it)"
+        )
+    entities_json = _entities_dir(args.get("entities")) / "entities.json"
+    try:
+        count = len(json.loads(entities_json.read_text(encoding="utf-8"))["entities"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(
+            f"cannot read the entity list {entities_json} ({exc}); make it with `bertzoo kg-embed`"
+        ) from None
+    return EntityMaskingCollator(
+        tokenizer,
+        cfg.data.masking,
+        seed=cfg.train.seed,
+        pad_to_multiple_of=cfg.data.pad_to_multiple_of,
+        num_entities=count,
+        entity_replace=args.get("entity_replace", ENTITY_REPLACE),
+        entity_mask=args.get("entity_mask", ENTITY_MASK),
+    )
+
+
+# --- Hugging Face: no ERNIE-THU class; the token stream exports as BERT ----------------------------
+
+# BERT's names (`HF.variant` is "bert", so importing a BertModel stays BERT, as for SpanBERT); the entity
+# modules have no Hugging Face key and are left out.
+HF = bert.HF
+
+
+def config_to_hf(config: ModelConfig, architectures: list[str] | None = None) -> dict[str, Any]:
+    """BERT's config for the token stream, with a warning that the entity fusion is dropped."""
+    if config.knowledge_layers or config.num_entities:
+        warnings.warn(
+            "transformers has no ERNIE-THU: exporting the token stream as BERT; the entity table, the entity "
+            "attention and fusion weights and the dEA head are dropped (the export computes the model without "
+            "entity input)",
+            stacklevel=2,
+        )
+    return bert.config_to_hf(config, architectures)
