@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from bertzoo.config import ModelConfig
-from bertzoo.errors import BertzooError
+from bertzoo.errors import BertzooError, CheckpointError
 from bertzoo.model import Encoder, EncoderOutput, init_weights, make_layer
 from bertzoo.nn import Residual, SelfAttention, TransformerLayer, to_attention_mask
 from bertzoo.nn.layer import LayerOutput
@@ -94,7 +95,13 @@ class ErnieThu(Encoder):
 
     forward takes `entity_ids` (batch, seq) int64 beside the Encoder's arguments (-1 = no entity; None = none
     anywhere) and returns a `KnowledgeOutput`. Its keys are an Encoder's plus the entity modules, so an Encoder
-    state dict loads into it with only those missing."""
+    state dict loads into it with only those missing.
+
+    `entity_list` is the kg-embed `entities.json` the table's rows follow (ids in row order and the graph's
+    name): the lexicon fine-tuning links task text with. It is side data (`side_data`), saved beside the
+    weights by `save_pretrained` and given back by loading, so a model directory links on its own."""
+
+    SIDE_DATA = ("entities",)
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
@@ -109,6 +116,27 @@ class ErnieThu(Encoder):
             self.entity_embeddings = nn.Embedding(c.num_entities, c.entity_size)
             init_weights(self.entity_embeddings, c.initializer_range)
             self.entity_embeddings.requires_grad_(False)  # TransE's vectors stay as they are
+        self.side_data: dict[str, Any] = {}
+
+    @property
+    def entity_list(self) -> dict[str, Any] | None:
+        """The entity list (a kg-embed `entities.json` object) of the table, None when unknown."""
+        return self.side_data.get("entities")
+
+    def set_side_data(self, kind: str, obj: Any) -> None:
+        """Take the entity list (`kind` "entities"): a dict whose `entities` list has a row per table row."""
+        if kind != "entities":
+            raise CheckpointError(f"ERNIE-THU keeps no side data of kind {kind!r}")
+        entities = obj.get("entities") if isinstance(obj, dict) else None
+        if not isinstance(entities, list):
+            raise CheckpointError("the entity list has no 'entities' list; copy a `bertzoo kg-embed` entities.json")
+        if len(entities) != self.config.num_entities:
+            raise CheckpointError(
+                f"the entity list names {len(entities)} entities but the model's table has "
+                f"{self.config.num_entities}; use the entities.json of the kg-embed directory the model was "
+                "pretrained with"
+            )
+        self.side_data["entities"] = obj
 
     def set_entity_table(self, table: torch.Tensor) -> None:
         """Copy a (num_entities, entity_size) table of entity vectors into the frozen input table."""

@@ -32,6 +32,11 @@ CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
 FINETUNE_CONFIG = "finetune_config.json"  # the FinetuneConfig a fine-tuned model directory was trained with
 FORMAT_VERSION = 1
+# A `bertzoo kg-embed` directory's entity list (ids in table order, the graph's name), which an ERNIE-THU
+# model also keeps beside its weights: the linker's lexicon comes from it.
+ENTITIES_FILE = "entities.json"
+# Side data a module carries beside its weights (`side_data[kind]`, JSON), by kind: the file it is saved in.
+SIDE_FILES = {"entities": ENTITIES_FILE}
 
 
 # ------------------------------------------------------------------------------------ atomic writes
@@ -296,6 +301,25 @@ def save_pretrained(self: nn.Module, directory: str | Path) -> None:
     bertzoo model (attached by bertzoo.loading)."""
     fields = self.checkpoint_fields() if hasattr(self, "checkpoint_fields") else {}
     save_module(self, self.config, directory, extra=fields)
+    save_side_data(self, directory)
+
+
+def save_side_data(module: nn.Module, directory: str | Path) -> None:
+    """Write the JSON side data of `module` and its submodules (`side_data`: kind -> object) into `directory`,
+    each kind in its `SIDE_FILES` file: what a model needs beside its weights (ERNIE-THU's entity list)."""
+    for m in module.modules():
+        for kind, obj in (getattr(m, "side_data", None) or {}).items():
+            write_json(Path(directory) / SIDE_FILES[kind], obj)
+
+
+def load_side_data(module: nn.Module, directory: str | Path) -> None:
+    """Give each submodule that takes side data (`SIDE_DATA`: the kinds it reads) the files `directory` holds,
+    through its `set_side_data(kind, obj)` (which validates them)."""
+    for m in module.modules():
+        for kind in getattr(m, "SIDE_DATA", ()):
+            path = Path(directory) / SIDE_FILES[kind]
+            if path.is_file():
+                m.set_side_data(kind, read_json(path))
 
 
 def read_config(

@@ -35,7 +35,7 @@ from bertzoo.objectives.mlm import MaskedLM
 from bertzoo.objectives.plm import PermutationLM
 from bertzoo.objectives.recurrent_lm import RecurrentLM
 from bertzoo.objectives.seq2seq_lm import EncoderDecoderLM
-from bertzoo.tasks.base import TaskModel
+from bertzoo.tasks.base import TaskModel, link_backbone_entities
 from bertzoo.transfo_xl import TransfoXL
 from bertzoo.variants import get_variant, hf_family
 from bertzoo.xlnet import XLNet
@@ -168,6 +168,7 @@ def load_encoder(path: str | Path) -> Encoder:
     if bottleneck:
         add_adapters(encoder, bottleneck)  # a model fine-tuned with adapters: they are part of its encoder
     io.load_into(encoder, enc_state, source=str(directory))
+    io.load_side_data(encoder, directory)
     return encoder
 
 
@@ -185,6 +186,7 @@ def load_pretraining(path: str | Path) -> nn.Module:
         sentence_task = None if objective == "mlm" else objective.split("+", 1)[1]
         model = MaskedLM(Encoder(config), sentence_task=sentence_task)
     io.load_into(model, state, source=str(directory))
+    io.load_side_data(model, directory)
     return model
 
 
@@ -203,6 +205,7 @@ def load_encoder_decoder(path: str | Path) -> EncoderDecoderLM:
     model = EncoderDecoderLM(config)
     _add_saved_adapters(model, state)
     io.load_into(model, state, source=str(directory))
+    io.load_side_data(model, directory)
     return model
 
 
@@ -262,6 +265,8 @@ def load_finetuned(path: str | Path, overrides: dict[str, Any] | None = None):
     mark_sentence_only(model, cfg.task)
     model.head_config = head
     io.load_into(model, state, source=str(directory))
+    io.load_side_data(model, directory)
+    link_backbone_entities(task, encoder, tokenizer)  # ERNIE-THU: its task text linked as in fine-tuning
     model.eval()
     return task, model, tokenizer
 

@@ -38,6 +38,7 @@ from bertzoo.data.tokenizer import Tokenizer
 from bertzoo.data.unit_flags import vocab_tables
 from bertzoo.data.unit_sidecar import ENTITIES, TokenSidecar, corpus_vocab_sha, load_sidecar, write_sidecar
 from bertzoo.errors import DataError
+from bertzoo.io import ENTITIES_FILE
 
 __all__ = [
     "NO_ENTITY",
@@ -50,7 +51,6 @@ __all__ = [
 ]
 
 NO_ENTITY = -1
-ENTITIES_FILE = "entities.json"
 # English function words (and a few frequent verbs) that WordNet also lists as nouns or that start
 # multiword lemmas by accident; never linked on their own.
 STOPWORDS = frozenset(
@@ -148,12 +148,13 @@ def _entities_meta(entities_dir: str | os.PathLike) -> tuple[dict[str, Any], str
     return meta, hashlib.sha256(raw).hexdigest()
 
 
-def entity_lexicon(entities_dir: str | os.PathLike) -> dict[str, int]:
-    """Lemma (lowercase, words joined by "_") -> entity index, for a `bertzoo kg-embed` directory.
+def entity_lexicon(entities: str | os.PathLike | Mapping[str, Any]) -> dict[str, int]:
+    """Lemma (lowercase, words joined by "_") -> entity index, for a `bertzoo kg-embed` directory or its
+    `entities.json` object (as an ERNIE-THU model keeps it: `ErnieThu.entity_list`).
 
     WordNet graphs: every lemma of WordNet's index linked to its first (most frequent) sense among the
     graph's entities. Other graphs: each entity's name."""
-    meta, _ = _entities_meta(entities_dir)
+    meta = entities if isinstance(entities, Mapping) else _entities_meta(entities)[0]
     index = {str(e): i for i, e in enumerate(meta["entities"])}
     lexicon: dict[str, int] = {}
     if str(meta.get("kg", "")).startswith("wordnet"):
@@ -213,12 +214,15 @@ def entity_sidecar(
 
 class EntityLinker:
     """Entity links of batches already made (fine-tuning): `linker(input_ids)` -> entity_ids of the same
-    shape, each row linked on its own. Special and padding tokens are not words, so they never link."""
+    shape, each row linked on its own. `entities`: a kg-embed directory or its entities.json object. Special
+    and padding tokens are not words, so they never link."""
 
-    def __init__(self, tokenizer: Tokenizer, entities_dir: str | os.PathLike, max_words: int = 3) -> None:
+    def __init__(
+        self, tokenizer: Tokenizer, entities: str | os.PathLike | Mapping[str, Any], max_words: int = 3
+    ) -> None:
         self.vocab = tokenizer.vocab_list()
         self.continuation, _ = vocab_tables(tokenizer)
-        self.lexicon = entity_lexicon(entities_dir)
+        self.lexicon = entity_lexicon(entities)
         self.max_words = max_words
 
     def __call__(self, input_ids: torch.Tensor) -> torch.Tensor:

@@ -57,7 +57,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from bertzoo.errors import CheckpointError, DataError
-from bertzoo.io import write_json, write_safetensors
+from bertzoo.io import ENTITIES_FILE, write_json, write_safetensors
 
 WORDNET_DIR = Path("/usr/share/wordnet")
 WORDNET_INSTALL = "apt-get install wordnet-base"
@@ -82,7 +82,6 @@ WN18RR_POINTERS: dict[str, str] = {
 WN18RR_RELATIONS = tuple(WN18RR_POINTERS.values())
 
 EMBEDDINGS_FILE = "entity_embeddings.safetensors"
-ENTITIES_FILE = "entities.json"
 ENTITY_TENSOR = "entity_embeddings"
 RELATION_TENSOR = "relation_embeddings"
 
@@ -445,9 +444,9 @@ def save_entity_embeddings(
 
 
 def load_entity_embeddings(directory: str | os.PathLike) -> tuple[torch.Tensor, list[str], dict[str, Any]]:
-    """(entity table (E, dim) float32, entity ids, the whole entities.json) of a `bertzoo kg-embed` directory;
-    meta["relation_embeddings"] holds the relation table. One CheckpointError when a file is missing or
-    damaged or the shapes disagree."""
+    """(entity table (E, dim) float32, entity ids, the whole entities.json as read) of a `bertzoo kg-embed`
+    directory (the relation table stays in the safetensors file, under RELATION_TENSOR). One CheckpointError
+    when a file is missing or damaged or the shapes disagree."""
     directory = Path(directory)
     hint = f"make it with `bertzoo kg-embed --kg wordnet --out {directory}`"
     weights, entities_file = directory / EMBEDDINGS_FILE, directory / ENTITIES_FILE
@@ -483,7 +482,6 @@ def load_entity_embeddings(directory: str | os.PathLike) -> tuple[torch.Tensor, 
         problems.append(f"{relation.shape[0]} relation rows for {len(relations)} relations")
     if problems:
         raise CheckpointError(f"{directory} is inconsistent ({'; '.join(problems)}); {hint}")
-    meta["relation_embeddings"] = relation
     return table.float(), [str(e) for e in entities], meta
 
 

@@ -4,14 +4,15 @@ with masked LM (+ NSP) and the denoising entity auto-encoder (`bertzoo.objective
 
 * Entities: `objective_args.entities` names a `bertzoo kg-embed` directory (TransE vectors of WordNet, ...,
   docs/knowledge.md). A fresh model copies its table into a frozen input table and sets `model.num_entities`;
-  a saved checkpoint holds the table in its weights (config.json has num_entities > 0).
+  a saved checkpoint holds the table in its weights (config.json has num_entities > 0) and the entity list
+  beside them (entities.json, the lexicon task text is linked with).
 * Data: BERT's examples (single segments for mlm+dea, NSP pairs for mlm+nsp+dea) with the shards' entity
   links (`bertzoo.data.entity_link`: each mention's entity at its first token), token masking as BERT's and
   the dEA corruption of the alignments (`bertzoo.data.entity_collate`): `objective_args.entity_replace`
   (0.05) and `entity_mask` (0.15) of the aligned positions get another entity or none.
-* Fine-tuning: the backbone is an `ErnieThu` (an Encoder subclass); task batches that carry
-  `extra["entity_ids"]` (`bertzoo.tasks.base.link_entities`) feed the entity stream, batches without them run
-  the knowledge layers as BERT layers.
+* Fine-tuning: the backbone is an `ErnieThu` (an Encoder subclass); `bertzoo finetune`, `evaluate` and
+  `predict` link task batches with the model's own entity list (`bertzoo.tasks.base.link_backbone_entities`:
+  `extra["entity_ids"]` feeds the entity stream); batches without links run the knowledge layers as BERT layers.
 * Hugging Face has no ERNIE-THU: an export writes the token stream as BERT (BertModel / BertForMaskedLM /
   BertForPreTraining) with a warning, which equals the model run without entities.
 """
@@ -110,7 +111,7 @@ def build(
     if not entities:
         return KnowledgeLM(ErnieThu(config), sentence_task=sentence_task)
     directory = Path(entities)
-    table, _, _ = load_entity_embeddings(directory)
+    table, _, entity_list = load_entity_embeddings(directory)
     count, width = table.shape
     if width != config.entity_size:
         raise ConfigError(
@@ -125,6 +126,7 @@ def build(
     config = dataclasses.replace(config, num_entities=int(count))
     model = KnowledgeLM(ErnieThu(config), sentence_task=sentence_task)
     model.encoder.set_entity_table(table)
+    model.encoder.set_side_data("entities", entity_list)  # saved beside the weights: fine-tuning links with it
     return model
 
 
