@@ -87,6 +87,28 @@ def pretrain_family(name: str, shards: Path, out: Path, seed: int, args) -> dict
     return pretrain(load_pretrain_config(config, overrides))
 
 
+def add_finetune_args(
+    ap: argparse.ArgumentParser,
+    *,
+    epochs: float = 2.0,
+    lr: float = 5e-4,
+    examples: int = 0,
+    length: int = 128,
+    pooling: str = "mean",
+) -> None:
+    """The fine-tuning recipe options `finetune_dev` reads, with a script's own defaults (and --threads)."""
+    ap.add_argument("--ft-epochs", type=float, default=epochs)
+    ap.add_argument("--ft-lr", type=float, default=lr, help="fine-tuning peak learning rate")
+    ap.add_argument("--ft-examples", type=int, default=examples, help="wiki-topics training subset (0 = all)")
+    ap.add_argument("--ft-len", type=int, default=length, help="fine-tuning sequence length")
+    ap.add_argument(
+        "--ft-head-first", type=int, default=0, help="LP-FT: epochs of the head alone on the frozen encoder first"
+    )
+    choices = ["auto", "cls", "mean", "last"]
+    ap.add_argument("--ft-pooling", default=pooling, choices=choices, help="sentence vector for fine-tuning")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads per run (default: torch's)")
+
+
 def finetune_dev(init: dict[str, Any], out: Path, seed: int, args) -> dict[str, Any]:
     """Fine-tune with the shared recipe (reused when done); dev accuracy and time."""
     report = out / "report.json"
@@ -102,8 +124,8 @@ def finetune_dev(init: dict[str, Any], out: Path, seed: int, args) -> dict[str, 
             "data.max_seq_len": args.ft_len,
             "data.max_train_examples": args.ft_examples or None,
             "technique.pooling": args.ft_pooling,
-            # LP-FT: the head alone on the frozen encoder for this many epochs first (scripts that set it).
-            "technique.head_first_epochs": getattr(args, "ft_head_first", 0),
+            # LP-FT: the head alone on the frozen encoder for this many epochs first.
+            "technique.head_first_epochs": args.ft_head_first,
         }
         finetune(load_finetune_config(FINETUNE, overrides))
     data = json.loads(report.read_text())
@@ -183,12 +205,7 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=None, help="optional wall-clock cap per pretraining run")
     ap.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (pretraining and fine-tuning)")
     ap.add_argument("--vocab", type=int, default=16000)
-    ap.add_argument("--ft-epochs", type=float, default=2.0)
-    ap.add_argument("--ft-lr", type=float, default=5e-4, help="fine-tuning peak learning rate")
-    ap.add_argument("--ft-examples", type=int, default=0, help="wiki-topics training subset (0 = all)")
-    ap.add_argument("--ft-len", type=int, default=128, help="fine-tuning sequence length")
-    ap.add_argument("--ft-pooling", default="mean", choices=["cls", "mean"], help="sentence vector for fine-tuning")
-    ap.add_argument("--threads", type=int, default=None, help="torch threads per run (default: torch's)")
+    add_finetune_args(ap)
     ap.add_argument("--out", default="runs/objectives_small")
     ap.add_argument("--docs", action="store_true", help="write the table into docs/variants.md")
     ap.add_argument("--quick", action="store_true", help="every family, a tiny budget, one seed: < 15 min")

@@ -10,11 +10,13 @@
        (technique.feature_layers = num_layers + 1, gamma and softmax weights learned with the tagger);
    (b) `random`: the same ELMo architecture and tokenizer from random init, read the same way;
    (c) with --bert DIR: `bert`, a BERT model directory (e.g. scripts/zh_ner.py's runs/zh/pretrain/final),
-       the scalar mix of all its layers.
+       the scalar mix of all its layers; with --bert-mini, BERT-mini (configs/pretrain/bert-mini.yaml)
+       pretrained here on the same shards for as many tokens as the ELMo saw (batch 32 x --pretrain-len).
 Prints entity F1 (dev, test) per arm and seed, mean +- sd per arm, and ends with one JSON line whose
 `ratio` is the pretrained arm's mean test F1 over the random arm's.
 
     python scripts/elmo_ner.py --minutes 20 --epochs 1 --seeds 0 1
+    python scripts/elmo_ner.py --minutes 30 --steps 1200 --bert-mini --reuse   # + BERT-mini at equal tokens
     python scripts/elmo_ner.py --quick          # a smoke run: tiny budget and subsets (not a result)
 """
 
@@ -36,6 +38,7 @@ from bertzoo.precision import cpu_capability
 from bertzoo.train.finetune import finetune
 
 PRETRAIN = "configs/pretrain/elmo-mini.yaml"
+BERT_PRETRAIN = "configs/pretrain/bert-mini.yaml"
 NER = "configs/finetune/peoples-daily-ner-bert-mini-zh.yaml"  # data, scheme, batching; the model is per arm
 
 
@@ -51,6 +54,22 @@ def pretrain_elmo(out: Path, shards: Path, args) -> str:
             *(["--resume", "auto"] if (pre / "checkpoints").is_dir() else []),
         ])  # fmt: skip
     # Stopped by --minutes before --steps: no final/ directory, the last checkpoint is the model.
+    summary = json.loads((pre / "summary.json").read_text())
+    return summary.get("final_dir") or summary["last_checkpoint"]
+
+
+def pretrain_bert_mini(out: Path, shards: Path, tokens: int, args) -> str:
+    """BERT-mini pretrained on the same shards for about `tokens` tokens (the ELMo's count), reused when there."""
+    pre = out / "bert-pretrain"
+    batch = 32
+    steps = max(20, round(tokens / (batch * args.pretrain_len)))
+    if not (pre / "summary.json").is_file():
+        run([
+            "pretrain", BERT_PRETRAIN, "--data.shards", str(shards), "--train.output_dir", str(pre),
+            "--train.max_steps", str(steps), "--train.batch_size", str(batch), "--train.save_every", str(steps),
+            "--data.max_seq_len", str(args.pretrain_len), "--train.max_minutes", str(4 * args.minutes),
+            *(["--resume", "auto"] if (pre / "checkpoints").is_dir() else []),
+        ])  # fmt: skip
     summary = json.loads((pre / "summary.json").read_text())
     return summary.get("final_dir") or summary["last_checkpoint"]
 
@@ -91,6 +110,12 @@ def tag(arm: str, init: dict[str, Any], layers: int, seed: int, out: Path, data:
         "train.lr": args.lr,
         "train.save_every": 0,
     }
+    done = out / f"ner-{arm}-{seed}" / "summary.json"
+    if args.reuse and done.is_file():  # a finished run of this arm and seed (--reuse: the caller vouches)
+        summary = json.loads(done.read_text())
+        row = {"arm": arm, "seed": seed, "dev_f1": summary["dev"]["f1"], "test_f1": summary["test"]["f1"]}
+        print(json.dumps({**row, "reused": str(done)}), flush=True)
+        return row
     t = time.perf_counter()
     summary = finetune(load_finetune_config(NER, overrides))
     row = {"arm": arm, "seed": seed, "dev_f1": summary["dev"]["f1"], "test_f1": summary["test"]["f1"]}
@@ -116,6 +141,8 @@ def main() -> None:
     ap.add_argument("--train-examples", type=int, default=0, help="NER training subset (0 = all)")
     ap.add_argument("--eval-examples", type=int, default=0, help="first N dev/test sentences (0 = all)")
     ap.add_argument("--bert", default="", help="a BERT model directory: adds its frozen features as arm (c)")
+    ap.add_argument("--bert-mini", action="store_true", help="arm (c): BERT-mini pretrained here, equal tokens")
+    ap.add_argument("--reuse", action="store_true", help="reuse finished NER runs of an arm and seed (same settings)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 20 steps, small subsets, one seed")
     args = ap.parse_args()
     if args.quick:
@@ -141,8 +168,14 @@ def main() -> None:
             elmo_layers,
         ),  # fmt: skip
     }
-    if args.bert:
-        arms["bert"] = ({"model": args.bert}, layers_of(args.bert))
+    bert = args.bert
+    if args.bert_mini and not bert:
+        bert = pretrain_bert_mini(out, shards, pretrain_summary["tokens_seen"], args)
+    bert_summary = {}
+    if bert:
+        arms["bert"] = ({"model": bert}, layers_of(bert))
+        if args.bert_mini:
+            bert_summary = json.loads((out / "bert-pretrain" / "summary.json").read_text())
     rows = [
         tag(arm, init, layers, seed, out, data, args) for arm, (init, layers) in arms.items() for seed in args.seeds
     ]
@@ -152,6 +185,12 @@ def main() -> None:
         f"steps ({pretrain_summary.get('tokens_seen', 0):,} tokens), NER {args.epochs:g} epoch(s) at lr {args.lr}, "
         f"frozen features, scalar mix of all layers, BiLSTM tagger, seeds {args.seeds}"
     )
+    if bert_summary:
+        print(
+            f"BERT-mini pretrained {bert_summary['steps']} steps ({bert_summary.get('tokens_seen', 0):,} tokens, "
+            f"{bert_summary.get('elapsed_s', 0) / 60:.1f} min; "
+            f"ELMo {pretrain_summary.get('elapsed_s', 0) / 60:.1f} min)"
+        )
     print(f"{'arm':<11} {'seed':>4} {'dev F1':>7} {'test F1':>8}")
     for r in rows:
         print(f"{r['arm']:<11} {r['seed']:>4} {r['dev_f1']:>7.4f} {r['test_f1']:>8.4f}")
@@ -163,6 +202,9 @@ def main() -> None:
         result[arm] = {"dev_f1": dev[0], "dev_sd": dev[1], "test_f1": test[0], "test_sd": test[1]}
     random_f1 = result["random"]["test_f1"]
     result["ratio"] = result["pretrained"]["test_f1"] / random_f1 if random_f1 > 0 else None
+    if bert_summary:
+        result["bert_pretrain"] = {k: bert_summary.get(k) for k in ("steps", "tokens_seen", "elapsed_s", "precision")}
+    result["elmo_pretrain"] = {k: pretrain_summary.get(k) for k in ("steps", "tokens_seen", "elapsed_s", "precision")}
     result["quick"] = args.quick
     result["wall_s"] = round(time.perf_counter() - started, 1)
     (out / "results.json").write_text(json.dumps({"rows": rows, **result}, indent=2) + "\n")

@@ -25,7 +25,7 @@ from bertzoo.precision import cpu_capability
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from objectives_small import finetune_dev  # noqa: E402
+from objectives_small import add_finetune_args, finetune_dev  # noqa: E402
 from recipe_study import finetune_tag, pretrain_once, shards_for  # noqa: E402
 
 VOCAB = 8192
@@ -37,15 +37,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=1_800_000, help="pretraining budget: steps = tokens / (batch x len)")
     ap.add_argument("--pretrain-seed", type=int, default=0)
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1], help="fine-tuning seeds")
-    ap.add_argument("--ft-epochs", type=float, default=2.0)
-    ap.add_argument("--ft-examples", type=int, default=2000, help="wiki-topics training subset (0 = all)")
-    ap.add_argument("--ft-len", type=int, default=64)
-    ap.add_argument(
-        "--ft-head-first", type=int, default=0, help="LP-FT: epochs of the head alone on the frozen encoder first"
-    )
-    ap.add_argument("--ft-lr", type=float, default=1e-3)
-    ap.add_argument("--ft-pooling", default="mean", choices=["auto", "cls", "mean", "last"])
-    ap.add_argument("--threads", type=int, default=None)
+    add_finetune_args(ap, lr=1e-3, examples=2000, length=64)
     ap.add_argument("--out", default="runs/family_vs_random")
     args = ap.parse_args()
     out = Path(args.out)

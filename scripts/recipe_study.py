@@ -32,7 +32,7 @@ from bertzoo.train.pretrain import pretrain
 PRETRAIN = "configs/pretrain/bert-mini.yaml"
 # The fine-tuning arm is the equal-budget benchmark's (one recipe, reused when done).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from objectives_small import finetune_dev  # noqa: E402
+from objectives_small import add_finetune_args, finetune_dev  # noqa: E402
 
 # Levers, each changed alone against the config file as it is, or joined with "+" (vocab8k+pre-ln).
 LEVERS: dict[str, dict[str, Any]] = {
@@ -199,15 +199,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200, help="pretraining optimizer steps (the budget)")
     ap.add_argument("--tokens", type=int, default=0, help="budget in tokens (steps = tokens / batch x length)")
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
-    ap.add_argument("--ft-epochs", type=float, default=1.0)
-    ap.add_argument("--ft-examples", type=int, default=2000, help="wiki-topics training subset (0 = all)")
-    ap.add_argument("--ft-len", type=int, default=64)
-    ap.add_argument(
-        "--ft-head-first", type=int, default=0, help="LP-FT: epochs of the head alone on the frozen encoder first"
-    )
-    ap.add_argument("--ft-lr", type=float, default=2e-4, help="fine-tuning peak learning rate")
-    ap.add_argument("--ft-pooling", default="cls", choices=["cls", "mean"], help="sentence vector for fine-tuning")
-    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    add_finetune_args(ap, epochs=1.0, lr=2e-4, examples=2000, length=64, pooling="cls")
     ap.add_argument("--out", default="runs/recipe_study")
     args = ap.parse_args()
     out = Path(args.out)

@@ -1,0 +1,144 @@
+"""Does knowledge fusion help? ERNIE (Tsinghua) against the same BERT without entity input, at equal budget.
+
+1. Knowledge graph: WordNet 3.0 nouns (Debian `wordnet-base`), TransE entity embeddings by `bertzoo kg-embed`
+   (reused when `--kg` already holds them).
+2. Shards: the 8k-WordPiece shards of built-in English Wikipedia (train split; wiki-topics' dev articles are
+   the dev split, never seen in pretraining), as scripts/family_vs_random.py makes them, linked to WordNet
+   (`bertzoo.data.entity_link`: the most frequent sense of each noun lemma, at its mention's first token).
+3. Pretraining at equal steps, batch, length and seed: (a) `bert`: BERT-mini, masked LM; (b) `ernie-thu`:
+   ERNIE-THU-mini, the same 4 layers x 256 with the top 2 fusing the linked entities, masked LM + dEA.
+4. wiki-topics fine-tuning with one recipe (benchmarks/objectives_small.py's `finetune_dev`) for each seed:
+   `bert`, `ernie-thu` (its batches linked the same way: the model's own entity list), `random` (BERT-mini
+   from random init) and `ernie-thu-random` (ERNIE-THU-mini from random init with the same frozen TransE table
+   and linking: what the entity input gives without pretraining).
+
+Prints each arm's dev accuracy per seed and ends with one JSON line: `ratio` is ERNIE-THU's mean dev accuracy
+over BERT's.
+
+    python scripts/ernie_thu_study.py --steps 600 --seeds 0 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from bertzoo.data.corpus import read_documents
+from bertzoo.data.tokenizer import Tokenizer
+from bertzoo.loading import read_config
+from bertzoo.precision import cpu_capability
+from bertzoo.variants import get_variant
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from objectives_small import add_finetune_args, finetune_dev  # noqa: E402
+from recipe_study import finetune_tag, pretrain_once, shards_for  # noqa: E402
+
+VOCAB = 8192
+CONFIGS = {"bert": "configs/pretrain/bert-mini.yaml", "ernie-thu": "configs/pretrain/ernie-thu-mini.yaml"}
+
+
+def knowledge_graph(kg: Path, args) -> Path:
+    """The TransE directory: made by `bertzoo kg-embed` unless it is there already."""
+    if not (kg / "entities.json").is_file():
+        cmd = [sys.executable, "-m", "bertzoo", "kg-embed", "--kg", "wordnet", "--nouns-only", "--out", str(kg)]
+        subprocess.run([*cmd, "--epochs", str(args.kg_epochs), "--seed", "0"], check=True)
+    return kg
+
+
+def random_ernie(pretrained: str, kg: Path, out: Path, args) -> str:
+    """ERNIE-THU of the pretrained run's configuration from random init (seeded by --pretrain-seed), with the
+    same frozen TransE table and entity list, saved with the shards' tokenizer: a model directory to fine-tune."""
+    directory = out / "ernie-thu-random" / "init"
+    if not (directory / "model.safetensors").is_file():
+        _, config, _ = read_config(pretrained)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(args.pretrain_seed)
+            model = get_variant("ernie-thu").build(config, entities=str(kg))
+        model.save_pretrained(directory)
+        Tokenizer.load(Path(pretrained)).save(directory)
+    return str(directory)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=600, help="pretraining steps of each arm")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--pretrain-seed", type=int, default=0)
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1], help="fine-tuning seeds")
+    ap.add_argument("--kg", default="runs/kg/wordnet", help="a `bertzoo kg-embed` directory (made if missing)")
+    ap.add_argument("--kg-epochs", type=int, default=50)
+    add_finetune_args(ap, lr=1e-3, examples=2000, length=64)
+    ap.add_argument("--out", default="runs/ernie_thu_study")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    kg = knowledge_graph(Path(args.kg), args)
+    docs = list(read_documents(["builtin:wiki-en:train"]))
+    shards = shards_for(VOCAB, out, docs)
+    dev = shards_for(VOCAB, out, docs, "dev")
+    common = {
+        "data.shards": str(shards),
+        "data.eval_shards": str(dev),
+        "data.nsp": False,
+        "data.max_seq_len": args.seq_len,
+        "train.batch_size": args.batch_size,
+        "train.grad_accum": 1,
+        "train.seed": args.pretrain_seed,
+    }
+    summaries = {}
+    for arm, config in CONFIGS.items():
+        overrides = {**common, **({"objective_args.entities": str(kg)} if arm == "ernie-thu" else {})}
+        summaries[arm] = pretrain_once(
+            config, out / arm / "pretrain", args.steps, overrides, evals=4, threads=args.threads
+        )
+    inits = {arm: {"model": s["final_dir"]} for arm, s in summaries.items()}
+    inits["random"] = {"model": "", "model_config": {"preset": "bert-mini"}, "tokenizer": str(shards / "tokenizer")}
+    inits["ernie-thu-random"] = {"model": random_ernie(summaries["ernie-thu"]["final_dir"], kg, out, args)}
+    tag = finetune_tag(args)
+    rows: dict[str, list[float]] = {arm: [] for arm in inits}
+    for seed in args.seeds:
+        for arm, init in inits.items():
+            result = finetune_dev(init, out / arm / f"ft-{tag}-{seed}", seed, args)
+            rows[arm].append(result["dev_accuracy"])
+            print(json.dumps({"arm": arm, "seed": seed, **result}), flush=True)
+    print(f"\nwiki-topics dev accuracy, {len(args.seeds)} seeds, CPU {cpu_capability()}")
+    for arm, accs in rows.items():
+        sd = statistics.stdev(accs) if len(accs) > 1 else 0.0
+        print(f"{arm:<16} {statistics.mean(accs):.4f} ± {sd:.4f}  {accs}")
+
+    def gain(a: str, b: str) -> dict[str, float]:
+        diffs = [x - y for x, y in zip(rows[a], rows[b], strict=True)]
+        return {"mean": statistics.mean(diffs), "sd": statistics.stdev(diffs) if len(diffs) > 1 else 0.0}
+
+    gains = {
+        "ernie-thu_over_bert": gain("ernie-thu", "bert"),
+        "ernie-thu_over_its_random_init": gain("ernie-thu", "ernie-thu-random"),
+        "bert_over_random": gain("bert", "random"),
+    }
+    for name, g in gains.items():
+        print(f"{name:<32} {g['mean']:+.4f} ± {g['sd']:.4f}")
+    result = {
+        "ratio": statistics.mean(rows["ernie-thu"]) / statistics.mean(rows["bert"]),
+        "dev_accuracy": rows,
+        "gains": gains,
+        "pretrain": {
+            arm: {k: s.get(k) for k in ("steps", "tokens_seen", "tokens_per_s", "precision", "final_metrics")}
+            for arm, s in summaries.items()
+        },
+        "kg": str(kg),
+        "cpu": cpu_capability(),
+    }
+    (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
