@@ -112,3 +112,31 @@ def test_linker_links_each_row_of_a_padded_batch(tiny_kg_shards):
     assert linker(ids).tolist() == [[-1, -1, 0, -1, -1], [-1, 2, -1, 1, -1]]
     # Extra leading dims (pairs in both orders, multiple choice) keep their shape.
     assert linker(ids.view(1, 2, 5)).shape == (1, 2, 5)
+
+
+def fake_wordnet(root):
+    """WordNet's index files, the only ones the lexicon reads: "dog" has two noun senses (the first the most
+    frequent), "army" one, "run" a verb sense."""
+    header = "  1 This software and database is being provided to you, the LICENSEE, by  \n"
+    index = {
+        "noun": "army n 1 1 @ 1 0 08191230  \ndog n 2 1 @ 2 1 02084071 10114209  \n",
+        "verb": "run v 1 1 @ 1 0 01926311  \n",
+        "adj": "",
+        "adv": "",
+    }
+    d = root / "wordnet"
+    d.mkdir()
+    for pos, text in index.items():
+        (d / f"index.{pos}").write_text(header + text, encoding="utf-8")
+    return d
+
+
+def test_wordnet_lexicon_takes_the_first_sense_in_the_graph_and_refuses_foreign_ids(tmp_path):
+    wordnet = fake_wordnet(tmp_path)
+    meta = {"kg": "wordnet", "entities": ["n.10114209", "n.08191230", "v.01926311"]}
+    # dog's most frequent sense (02084071) is not in this graph: its next one is.
+    assert entity_lexicon(meta, wordnet) == {"army": 1, "dog": 0, "run": 2}
+    meta["entities"].append("n.99999999")
+    with pytest.raises(DataError, match="1 of the 4 entities .* not synsets of this WordNet .*'n.99999999'") as info:
+        entity_lexicon(meta, wordnet)
+    assert "\n" not in str(info.value)

@@ -148,19 +148,30 @@ def _entities_meta(entities_dir: str | os.PathLike) -> tuple[dict[str, Any], str
     return meta, hashlib.sha256(raw).hexdigest()
 
 
-def entity_lexicon(entities: str | os.PathLike | Mapping[str, Any]) -> dict[str, int]:
+def entity_lexicon(
+    entities: str | os.PathLike | Mapping[str, Any], wordnet: str | os.PathLike | None = None
+) -> dict[str, int]:
     """Lemma (lowercase, words joined by "_") -> entity index, for a `bertzoo kg-embed` directory or its
     `entities.json` object (as an ERNIE-THU model keeps it: `ErnieThu.entity_list`).
 
-    WordNet graphs: every lemma of WordNet's index linked to its first (most frequent) sense among the
-    graph's entities. Other graphs: each entity's name."""
+    WordNet graphs: every lemma of WordNet's index (`wordnet`: its directory, default Debian's) linked to its
+    first (most frequent) sense among the graph's entities; DataError when the list names ids that are not
+    WordNet synsets. Other graphs: each entity's name."""
     meta = entities if isinstance(entities, Mapping) else _entities_meta(entities)[0]
     index = {str(e): i for i, e in enumerate(meta["entities"])}
     lexicon: dict[str, int] = {}
     if str(meta.get("kg", "")).startswith("wordnet"):
-        from bertzoo.data.kg import lemma_index
+        from bertzoo.data.kg import WORDNET_DIR, lemma_index
 
-        for lemma, synsets in lemma_index().items():
+        lemmas = lemma_index(wordnet or WORDNET_DIR)
+        known = {s for synsets in lemmas.values() for s in synsets}
+        unknown = [e for e in index if e not in known]
+        if unknown:
+            raise DataError(
+                f"{len(unknown)} of the {len(index)} entities in the entity list are not synsets of this WordNet "
+                f"(e.g. {unknown[0]!r}); make the list again with `bertzoo kg-embed --kg wordnet`"
+            )
+        for lemma, synsets in lemmas.items():
             entity = next((index[s] for s in synsets if s in index), None)
             if entity is not None:
                 lexicon[lemma.lower()] = entity
