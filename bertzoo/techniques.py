@@ -16,7 +16,8 @@ decoder from its top layer, then down the encoder, the shared embeddings last (`
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
@@ -52,7 +53,8 @@ def _encoder(model: nn.Module) -> nn.Module:
 
 def _stack(encoder: nn.Module, technique: str) -> nn.Module:
     """The encoder's layer stack; a ConfigError naming `technique` for a backbone without one (XLNet's
-    two-stream layers are no TransformerStack: adapters, depths and stages are not defined for them yet)."""
+    two-stream layers are no TransformerStack: adapters are not defined for them; depths and stages are,
+    through `_depth_layers`)."""
     stack = getattr(encoder, "stack", None)
     if stack is None:
         raise ConfigError(
@@ -60,6 +62,30 @@ def _stack(encoder: nn.Module, technique: str) -> nn.Module:
             "remove it (technique.freeze_encoder and technique.feature_layers work)"
         )
     return stack
+
+
+@dataclass(frozen=True)
+class _Layers:
+    """A backbone's layers bottom-up (`layers[i]` applied at depth i; one module for all with ALBERT's
+    sharing) and how many depths they make."""
+
+    layers: Sequence[nn.Module]
+    num_layers: int
+
+
+def _depth_layers(encoder: nn.Module, technique: str) -> _Layers:
+    """The layers that depth-based techniques (layer-wise lr decay, gradual unfreezing) count: a
+    TransformerStack's, or a backbone's own `layers` list (XLNet's two-stream layers, one per depth)."""
+    stack = getattr(encoder, "stack", None)
+    if stack is not None:
+        return _Layers(stack.layers, stack.num_layers)
+    layers = getattr(encoder, "layers", None)
+    if isinstance(layers, nn.ModuleList):
+        return _Layers(layers, len(layers))
+    raise ConfigError(
+        f"technique.{technique} is not available for {type(encoder).__name__} (no layers to count); "
+        "remove it (technique.freeze_encoder and technique.feature_layers work)"
+    )
 
 
 def _decoder(model: nn.Module) -> Decoder | None:
@@ -85,10 +111,13 @@ def layer_depths(model: nn.Module) -> dict[int, int]:
     is depth 0."""
     encoder, decoder = _encoder(model), _decoder(model)
     top = num_depths(model)
-    stack = _stack(encoder, "layer_lr_decay")
+    stack = _depth_layers(encoder, "layer_lr_decay")
     stacks = [stack] if decoder is None else [stack, decoder.stack]
     depth: dict[int, int] = {}
     for p in encoder.embeddings.parameters():
+        depth.setdefault(id(p), 0)
+    # The backbone's own input vectors (XLNet's query-stream start `mask_emb`) sit with the embeddings.
+    for p in encoder.parameters(recurse=False):
         depth.setdefault(id(p), 0)
     for stack in stacks:
         below = top - stack.num_layers
@@ -186,7 +215,7 @@ def unfreezing_stages(model: nn.Module) -> dict[int, int]:
     then down the encoder from its top layer, which feeds every decoder layer through cross-attention;
     the word table, the bottom of both stacks, comes last."""
     encoder, decoder = _encoder(model), _decoder(model)
-    stack = _stack(encoder, "gradual_unfreezing")
+    stack = _depth_layers(encoder, "gradual_unfreezing")
     stacks = [stack] if decoder is None else [decoder.stack, stack]
     stage: dict[int, int] = {}
     above = 0  # layers of the stacks before this one
@@ -195,7 +224,7 @@ def unfreezing_stages(model: nn.Module) -> dict[int, int]:
             for p in layer.parameters():
                 stage[id(p)] = max(stage.get(id(p), 0), above + stack.num_layers - i)
         above += stack.num_layers
-    for p in encoder.embeddings.parameters():
+    for p in [*encoder.embeddings.parameters(), *encoder.parameters(recurse=False)]:
         stage[id(p)] = above + 1
     for p in model.parameters():
         stage.setdefault(id(p), 0)

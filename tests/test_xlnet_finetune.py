@@ -24,7 +24,7 @@ from bertzoo.hub import export_hf
 from bertzoo.loading import load_encoder, load_finetuned
 from bertzoo.tasks import get_task
 from bertzoo.tasks.classification import ClassificationTask
-from bertzoo.techniques import apply_techniques, layerwise_lr_groups
+from bertzoo.techniques import apply_techniques, layer_depths, layerwise_lr_groups, unfreezing_stages
 from bertzoo.train.finetune import build_model
 from bertzoo.variants import xlnet
 from bertzoo.xlnet import XLNet
@@ -215,21 +215,38 @@ def test_ner_and_qa_train_save_and_reload_exactly(tok, dirs, tmp_path, task_name
 # ------------------------------------------------------------------------------------------ refusals
 
 
-@pytest.mark.parametrize(
-    ("technique", "name"),
-    [({"adapter_size": 8}, "adapter_size"), ({"gradual_unfreezing": True}, "gradual_unfreezing")],
-)
-def test_techniques_that_need_a_transformer_stack_refuse(tok, technique, name) -> None:
+def test_adapters_need_a_transformer_stack_and_refuse(tok) -> None:
     _, model = classifier(tok)
-    cfg = make_cfg("classification", technique=technique).technique
-    with pytest.raises(ConfigError, match=rf"technique.{name} is not available for XLNet"):
+    cfg = make_cfg("classification", technique={"adapter_size": 8}).technique
+    with pytest.raises(ConfigError, match=r"technique.adapter_size is not available for XLNet"):
         apply_techniques(model, cfg)
 
 
-def test_layer_lr_decay_refuses_and_cls_on_a_causal_xlnet_refuses(tok) -> None:
+def test_layer_lr_decay_and_gradual_unfreezing_count_xlnets_layers(tok) -> None:
+    """XLNet's layers are a plain list of two-stream layers: depth-based techniques count them as a stack's."""
     _, model = classifier(tok)
-    with pytest.raises(ConfigError, match=r"technique.layer_lr_decay is not available for XLNet"):
-        layerwise_lr_groups(model, 1e-3, 0.9, 0.01)
+    enc, layers = model.encoder, model.encoder.layers
+    assert len(layers) == 2
+    groups = layerwise_lr_groups(model, 1e-3, 0.5, 0.01)
+    lr_of = {id(p): g["lr"] for g in groups for p in g["params"]}
+    # L = 2: the embeddings 1e-3 * 0.5^2, layer 0 * 0.5, layer 1 and the head 1e-3. The query stream's start
+    # vector, unused by tasks (frozen), sits with the embeddings (depth 0).
+    assert lr_of[id(enc.embeddings.word.weight)] == pytest.approx(2.5e-4)
+    assert layer_depths(model)[id(enc.mask_emb)] == 0 and not enc.mask_emb.requires_grad
+    assert [lr_of[id(p)] for p in layers[0].parameters()] == pytest.approx([5e-4] * len(list(layers[0].parameters())))
+    assert [lr_of[id(p)] for p in layers[1].parameters()] == pytest.approx([1e-3] * len(list(layers[1].parameters())))
+    assert [lr_of[id(p)] for p in model.head.parameters()] == pytest.approx([1e-3] * len(list(model.head.parameters())))
+    assert sum(len(g["params"]) for g in groups) == sum(1 for p in model.parameters() if p.requires_grad)
+    apply_techniques(model, make_cfg("classification", technique={"gradual_unfreezing": True}).technique)
+    stage = unfreezing_stages(model)
+    assert {stage[id(p)] for p in model.head.parameters()} == {0}
+    assert {stage[id(p)] for p in layers[1].parameters()} == {1}
+    assert {stage[id(p)] for p in layers[0].parameters()} == {2}
+    assert stage[id(enc.mask_emb)] == stage[id(enc.embeddings.word.weight)] == 3
+
+
+def test_cls_on_a_causal_xlnet_refuses_and_freezing_needs_no_stack(tok) -> None:
+    _, model = classifier(tok)
     cfg = make_cfg("classification", data={"labels": ["neg", "pos"]}, technique={"pooling": "cls"})
     with pytest.raises(ConfigError, match=r"technique.pooling=cls on a left-to-right"):
         ClassificationTask(cfg, tok).build(XLNet(tiny_config(tok, causal=True)))
