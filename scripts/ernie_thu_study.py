@@ -6,11 +6,14 @@
    the dev split, never seen in pretraining), as scripts/family_vs_random.py makes them, linked to WordNet
    (`bertzoo.data.entity_link`: the most frequent sense of each noun lemma, at its mention's first token).
 3. Pretraining at equal steps, batch, length and seed: (a) `bert`: BERT-mini, masked LM; (b) `ernie-thu`:
-   ERNIE-THU-mini, the same 4 layers x 256 with the top 2 fusing the linked entities, masked LM + dEA.
+   ERNIE-THU-mini, the same 4 layers x 256 with the top 2 fusing the linked entities, masked LM + dEA;
+   (c) `ernie-thu-nodea`: the same without dEA (the paper's ablation: entities fused, never predicted).
 4. wiki-topics fine-tuning with one recipe (benchmarks/objectives_small.py's `finetune_dev`) for each seed:
-   `bert`, `ernie-thu` (its batches linked the same way: the model's own entity list), `random` (BERT-mini
-   from random init) and `ernie-thu-random` (ERNIE-THU-mini from random init with the same frozen TransE table
-   and linking: what the entity input gives without pretraining).
+   the pretrained arms (ERNIE-THU's batches linked the same way: the model's own entity list), `random`
+   (BERT-mini from random init), `ernie-thu-random` (ERNIE-THU-mini from random init with the same frozen TransE table
+   and linking: what the entity input gives without pretraining) and `ernie-thu-unlinked` (the pretrained
+   ERNIE-THU fine-tuned without its entity list, so without entity input: what pretraining left in the token
+   stream alone).
 
 Prints each arm's dev accuracy per seed and ends with one JSON line: `ratio` is ERNIE-THU's mean dev accuracy
 over BERT's.
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -31,6 +35,7 @@ import torch
 
 from bertzoo.data.corpus import read_documents
 from bertzoo.data.tokenizer import Tokenizer
+from bertzoo.io import ENTITIES_FILE
 from bertzoo.loading import read_config
 from bertzoo.precision import cpu_capability
 from bertzoo.variants import get_variant
@@ -41,7 +46,14 @@ from objectives_small import add_finetune_args, finetune_dev  # noqa: E402
 from recipe_study import finetune_tag, pretrain_once, shards_for  # noqa: E402
 
 VOCAB = 8192
-CONFIGS = {"bert": "configs/pretrain/bert-mini.yaml", "ernie-thu": "configs/pretrain/ernie-thu-mini.yaml"}
+ERNIE = "configs/pretrain/ernie-thu-mini.yaml"
+# Pretrained arms: config and overrides. `ernie-thu-nodea` is the paper's "w/o dEA" ablation (masked LM with the
+# entities fused, none predicted).
+PRETRAINED = {
+    "bert": ("configs/pretrain/bert-mini.yaml", {}),
+    "ernie-thu": (ERNIE, {}),
+    "ernie-thu-nodea": (ERNIE, {"objective": "mlm"}),
+}
 
 
 def knowledge_graph(kg: Path, args) -> Path:
@@ -63,6 +75,15 @@ def random_ernie(pretrained: str, kg: Path, out: Path, args) -> str:
             model = get_variant("ernie-thu").build(config, entities=str(kg))
         model.save_pretrained(directory)
         Tokenizer.load(Path(pretrained)).save(directory)
+    return str(directory)
+
+
+def unlinked(pretrained: str, out: Path) -> str:
+    """A copy of the pretrained model directory without its entity list: fine-tuning then links nothing and
+    its knowledge layers run as BERT layers (bertzoo warns so)."""
+    directory = out / "ernie-thu-unlinked" / "init"
+    if not (directory / "model.safetensors").is_file():
+        shutil.copytree(pretrained, directory, ignore=shutil.ignore_patterns(ENTITIES_FILE), dirs_exist_ok=True)
     return str(directory)
 
 
@@ -94,14 +115,15 @@ def main() -> None:
         "train.seed": args.pretrain_seed,
     }
     summaries = {}
-    for arm, config in CONFIGS.items():
-        overrides = {**common, **({"objective_args.entities": str(kg)} if arm == "ernie-thu" else {})}
+    for arm, (config, extra) in PRETRAINED.items():
+        overrides = {**common, **extra, **({"objective_args.entities": str(kg)} if config == ERNIE else {})}
         summaries[arm] = pretrain_once(
             config, out / arm / "pretrain", args.steps, overrides, evals=4, threads=args.threads
         )
     inits = {arm: {"model": s["final_dir"]} for arm, s in summaries.items()}
     inits["random"] = {"model": "", "model_config": {"preset": "bert-mini"}, "tokenizer": str(shards / "tokenizer")}
     inits["ernie-thu-random"] = {"model": random_ernie(summaries["ernie-thu"]["final_dir"], kg, out, args)}
+    inits["ernie-thu-unlinked"] = {"model": unlinked(summaries["ernie-thu"]["final_dir"], out)}
     tag = finetune_tag(args)
     rows: dict[str, list[float]] = {arm: [] for arm in inits}
     for seed in args.seeds:
@@ -112,7 +134,7 @@ def main() -> None:
     print(f"\nwiki-topics dev accuracy, {len(args.seeds)} seeds, CPU {cpu_capability()}")
     for arm, accs in rows.items():
         sd = statistics.stdev(accs) if len(accs) > 1 else 0.0
-        print(f"{arm:<16} {statistics.mean(accs):.4f} ± {sd:.4f}  {accs}")
+        print(f"{arm:<18} {statistics.mean(accs):.4f} ± {sd:.4f}  {accs}")
 
     def gain(a: str, b: str) -> dict[str, float]:
         diffs = [x - y for x, y in zip(rows[a], rows[b], strict=True)]
@@ -121,6 +143,8 @@ def main() -> None:
     gains = {
         "ernie-thu_over_bert": gain("ernie-thu", "bert"),
         "ernie-thu_over_its_random_init": gain("ernie-thu", "ernie-thu-random"),
+        "ernie-thu_over_itself_unlinked": gain("ernie-thu", "ernie-thu-unlinked"),
+        "ernie-thu_over_no_dea": gain("ernie-thu", "ernie-thu-nodea"),
         "bert_over_random": gain("bert", "random"),
     }
     for name, g in gains.items():

@@ -349,7 +349,7 @@ def test_variant_builds_from_a_kg_embed_directory(tmp_path):
     with pytest.raises(ConfigError, match="objective_args.entities"):
         v.collator(PretrainConfig(variant="ernie-thu"), tokenizer(tmp_path))
     with pytest.raises(ConfigError, match="mlm\\+dea"):
-        v.build(config, "mlm", entities=str(d))
+        v.build(config, "mlm+sop", entities=str(d))
     cfg = PretrainConfig(variant="ernie-thu", objective_args={"entities": str(d), "entity_mask": 0.3})
     collator = v.collator(cfg, tokenizer(tmp_path))
     assert collator.num_entities == 20 and collator.entity_mask == 0.3
@@ -408,3 +408,39 @@ def test_pretraining_assembles_from_shards_and_a_kg(tmp_path):
     assert (batch.extra["entity_labels"] != IGNORE_INDEX).sum() > 0
     out = objective(batch)
     assert torch.isfinite(out.loss) and "dea_loss" in out.metrics
+
+
+def test_without_dea_the_entities_are_fused_whole_and_never_predicted(tmp_path):
+    """The paper's "w/o dEA" ablation (objective mlm / mlm+nsp): no dEA head or term, no entity corruption."""
+    from bertzoo.config import PretrainConfig
+    from bertzoo.loading import load
+    from bertzoo.variants import get_variant
+
+    v = get_variant("ernie-thu")
+    d, _ = kg_dir(tmp_path)
+    spec = {"preset": "ernie-thu-tiny", "vocab_size": 97, "entity_size": 12, "entity_heads": 3}
+    model = v.build(v.model_config(spec), "mlm", entities=str(d))
+    assert model.dea_head is None and model.objective_name == "mlm"
+    assert not any(name.startswith("dea_head.") for name in model.state_dict())
+    batch = tiny_batch()
+    out = model(batch)
+    assert set(out.terms) == {"mlm"} and "dea_loss" not in out.metrics and "dea" not in model.loss_counts(batch)
+    # The entity input still moves the token stream (the entities are fused).
+    with torch.no_grad():
+        model.eval()
+        plain = model.encoder(batch.input_ids, batch.attention_mask).last_hidden_state
+        fused = model.encode(batch).last_hidden_state
+    assert not torch.allclose(plain, fused)
+    model.save_pretrained(tmp_path / "m")
+    kind, loaded = load(tmp_path / "m")
+    assert kind == "pretraining" and loaded.dea_head is None and loaded.objective_name == "mlm"
+    nsp = v.build(v.model_config(spec), "mlm+nsp", entities=str(d))
+    assert nsp.nsp_head is not None and nsp.dea_head is None and nsp.objective_name == "mlm+nsp"
+    # No corruption: every aligned entity reaches the model as it is.
+    cfg = PretrainConfig(variant="ernie-thu", objective="mlm", objective_args={"entities": str(d)})
+    collator = v.collator(cfg, tokenizer(tmp_path))
+    assert collator.entity_replace == 0.0 and collator.entity_mask == 0.0
+    cfg.objective_args["entity_mask"] = 0.2
+    with pytest.raises(ConfigError, match="corrupt entities for dEA") as info:
+        v.collator(cfg, tokenizer(tmp_path))
+    assert "\n" not in str(info.value)

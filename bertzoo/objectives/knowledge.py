@@ -61,13 +61,16 @@ def dea_loss(
 class KnowledgeLM(MaskedLM):
     """loss = masked LM (+ NSP) + dEA on an `ErnieThu` encoder. Batches carry `extra["entity_ids"]` (the
     corrupted entity input, -1 = none) and `extra["entity_labels"]` (true entities, IGNORE_INDEX elsewhere); a
-    batch without entity labels has no dEA term. dEA needs the encoder's entity table (num_entities > 0)."""
+    batch without entity labels has no dEA term. dEA needs the encoder's entity table (num_entities > 0).
+    `dea=False` is the paper's "w/o dEA" ablation: entities fused, never predicted (no dEA head)."""
 
-    def __init__(self, encoder: ErnieThu, *, sentence_task: str | None = None) -> None:
+    def __init__(self, encoder: ErnieThu, *, sentence_task: str | None = None, dea: bool = True) -> None:
         super().__init__(encoder, sentence_task=sentence_task)
         c = encoder.config
-        self.dea_head = EntityHead(c.hidden_size, c.entity_size, c.hidden_act, c.layer_norm_eps)
-        self.dea_head.apply(lambda m: init_weights(m, c.initializer_range))
+        self.dea_head: EntityHead | None = None
+        if dea:
+            self.dea_head = EntityHead(c.hidden_size, c.entity_size, c.hidden_act, c.layer_norm_eps)
+            self.dea_head.apply(lambda m: init_weights(m, c.initializer_range))
 
     def encode(self, batch: Batch) -> KnowledgeOutput:
         task = batch.extra.get("task_type_ids") if self.encoder.embeddings.task_type is not None else None
@@ -83,7 +86,7 @@ class KnowledgeLM(MaskedLM):
     def loss_counts(self, batch: Batch) -> dict[str, int]:
         counts = super().loss_counts(batch)
         labels = batch.extra.get("entity_labels")
-        if labels is not None:
+        if labels is not None and self.dea_head is not None:
             counts["dea"] = int((labels != IGNORE_INDEX).sum())
         return counts
 
@@ -91,7 +94,7 @@ class KnowledgeLM(MaskedLM):
         out = self.encode(batch)
         result = self.losses(out, batch)
         labels = batch.extra.get("entity_labels")
-        if labels is None:
+        if labels is None or self.dea_head is None:
             return result
         if self.encoder.entity_embeddings is None:
             raise ValueError("the batch has entity labels but the model no entity table (model.num_entities=0)")
@@ -107,4 +110,5 @@ class KnowledgeLM(MaskedLM):
     @property
     def objective_name(self) -> str:
         # MaskedLM.checkpoint_fields saves it as config.json's `objective`.
-        return "mlm+dea" if self.sentence_task is None else f"mlm+{self.sentence_task}+dea"
+        name = "mlm" if self.sentence_task is None else f"mlm+{self.sentence_task}"
+        return name + "+dea" if self.dea_head is not None else name

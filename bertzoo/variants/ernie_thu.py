@@ -33,6 +33,7 @@ from bertzoo.config import ModelConfig, PretrainConfig, preset_config
 from bertzoo.data.entity_collate import ENTITY_MASK, ENTITY_REPLACE, EntityMaskingCollator, check_shares
 from bertzoo.ernie_thu import ErnieThu
 from bertzoo.errors import ConfigError
+from bertzoo.io import ENTITIES_FILE
 from bertzoo.objectives.knowledge import KnowledgeLM
 
 # The paper's base model: 6 T-encoder + 6 K-encoder layers of BERT-base, 100-wide TransE entity vectors with 4
@@ -60,7 +61,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 DEFAULTS: dict[str, Any] = {"entity_size": 100, "entity_heads": 4}
 
-OBJECTIVES = ("mlm+dea", "mlm+nsp+dea")
+# "mlm" and "mlm+nsp" are the paper's "w/o dEA" ablation: the entities are fused, uncorrupted, and not predicted.
+OBJECTIVES = ("mlm+dea", "mlm+nsp+dea", "mlm", "mlm+nsp")
 DEFAULT_OBJECTIVE = "mlm+dea"
 ARGS = ("entities", "entity_replace", "entity_mask")
 
@@ -76,12 +78,16 @@ def model_config(spec: dict[str, Any]) -> ModelConfig:
     return preset_config(spec, PRESETS, variant="ernie-thu", family="ERNIE-THU", defaults=DEFAULTS)
 
 
+def _uses_dea(objective: str) -> bool:
+    return objective.endswith("+dea")
+
+
 def _sentence_task(objective: str) -> str | None:
     if objective not in OBJECTIVES:
         raise ConfigError(
             f"objective={objective!r} is not available for ERNIE-THU; choose one of: {', '.join(OBJECTIVES)}"
         )
-    return "nsp" if objective == "mlm+nsp+dea" else None
+    return "nsp" if "+nsp" in objective else None
 
 
 def _entities_dir(entities: Any) -> Path:
@@ -109,7 +115,7 @@ def build(
     sentence_task = _sentence_task(objective)
     check_shares(entity_replace, entity_mask)
     if not entities:
-        return KnowledgeLM(ErnieThu(config), sentence_task=sentence_task)
+        return KnowledgeLM(ErnieThu(config), sentence_task=sentence_task, dea=_uses_dea(objective))
     directory = Path(entities)
     table, _, entity_list = load_entity_embeddings(directory)
     count, width = table.shape
@@ -124,7 +130,7 @@ def build(
             "model.num_entities (it follows the table)"
         )
     config = dataclasses.replace(config, num_entities=int(count))
-    model = KnowledgeLM(ErnieThu(config), sentence_task=sentence_task)
+    model = KnowledgeLM(ErnieThu(config), sentence_task=sentence_task, dea=_uses_dea(objective))
     model.encoder.set_entity_table(table)
     model.encoder.set_side_data("entities", entity_list)  # saved beside the weights: fine-tuning links with it
     return model
@@ -138,8 +144,11 @@ def encoder_model(config: ModelConfig) -> ErnieThu:
 
 def pretraining_model(raw: dict[str, Any], config: ModelConfig, state: dict[str, torch.Tensor]) -> nn.Module:
     """The (empty) module an ERNIE-THU pretraining checkpoint loads into (bertzoo.loading.load_pretraining)."""
-    objective = raw.get("objective") or ("mlm+nsp+dea" if "nsp_head.classifier.weight" in state else "mlm+dea")
-    return KnowledgeLM(ErnieThu(config), sentence_task=_sentence_task(objective))
+    objective = raw.get("objective") or (
+        ("mlm+nsp" if "nsp_head.classifier.weight" in state else "mlm")
+        + ("+dea" if any(k.startswith("dea_head.") for k in state) else "")
+    )
+    return KnowledgeLM(ErnieThu(config), sentence_task=_sentence_task(objective), dea=_uses_dea(objective))
 
 
 def _args(cfg: PretrainConfig) -> dict[str, Any]:
@@ -160,14 +169,21 @@ def examples(cfg: PretrainConfig, corpus, tokenizer, *, world_size: int = 1):
 
 
 def collator(cfg: PretrainConfig, tokenizer) -> EntityMaskingCollator:
-    """BERT's token masking plus the dEA corruption of the entity alignments."""
+    """BERT's token masking plus the dEA corruption of the entity alignments (none without dEA: the paper's
+    "w/o dEA" ablation fuses every aligned entity as it is)."""
     args = _args(cfg)
+    dea = _uses_dea(cfg.objective or DEFAULT_OBJECTIVE)
+    if not dea and ({"entity_replace", "entity_mask"} & set(args)):
+        raise ConfigError(
+            f"objective_args.entity_replace and entity_mask corrupt entities for dEA, which objective="
+            f"{cfg.objective!r} does not have; remove them or use objective mlm+dea"
+        )
     if cfg.data.masking.strategy != "token":
         raise ConfigError(
             f"ERNIE-THU masks tokens as BERT does; data.masking.strategy={cfg.data.masking.strategy!r} is not "
             "available for it (remove it)"
         )
-    entities_json = _entities_dir(args.get("entities")) / "entities.json"
+    entities_json = _entities_dir(args.get("entities")) / ENTITIES_FILE
     try:
         count = len(json.loads(entities_json.read_text(encoding="utf-8"))["entities"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -180,8 +196,8 @@ def collator(cfg: PretrainConfig, tokenizer) -> EntityMaskingCollator:
         seed=cfg.train.seed,
         pad_to_multiple_of=cfg.data.pad_to_multiple_of,
         num_entities=count,
-        entity_replace=args.get("entity_replace", ENTITY_REPLACE),
-        entity_mask=args.get("entity_mask", ENTITY_MASK),
+        entity_replace=args.get("entity_replace", ENTITY_REPLACE) if dea else 0.0,
+        entity_mask=args.get("entity_mask", ENTITY_MASK) if dea else 0.0,
     )
 
 
