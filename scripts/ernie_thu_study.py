@@ -52,7 +52,10 @@ ERNIE = "configs/pretrain/ernie-thu-mini.yaml"
 PRETRAINED = {
     "bert": ("configs/pretrain/bert-mini.yaml", {}),
     "ernie-thu": (ERNIE, {}),
-    "ernie-thu-nodea": (ERNIE, {"objective": "mlm"}),
+    "ernie-thu-nodea": (
+        ERNIE,
+        {"objective": "mlm", "objective_args.entity_replace": 0, "objective_args.entity_mask": 0},
+    ),
 }
 
 

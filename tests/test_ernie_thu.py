@@ -440,6 +440,8 @@ def test_without_dea_the_entities_are_fused_whole_and_never_predicted(tmp_path):
     cfg = PretrainConfig(variant="ernie-thu", objective="mlm", objective_args={"entities": str(d)})
     collator = v.collator(cfg, tokenizer(tmp_path))
     assert collator.entity_replace == 0.0 and collator.entity_mask == 0.0
+    cfg.objective_args.update(entity_replace=0.0, entity_mask=0.0)  # explicit zeros: what the objective does
+    assert v.collator(cfg, tokenizer(tmp_path)).entity_mask == 0.0
     cfg.objective_args["entity_mask"] = 0.2
     with pytest.raises(ConfigError, match="corrupt entities for dEA") as info:
         v.collator(cfg, tokenizer(tmp_path))

@@ -173,10 +173,10 @@ def collator(cfg: PretrainConfig, tokenizer) -> EntityMaskingCollator:
     "w/o dEA" ablation fuses every aligned entity as it is)."""
     args = _args(cfg)
     dea = _uses_dea(cfg.objective or DEFAULT_OBJECTIVE)
-    if not dea and ({"entity_replace", "entity_mask"} & set(args)):
+    if not dea and any(args.get(k) for k in ("entity_replace", "entity_mask")):
         raise ConfigError(
             f"objective_args.entity_replace and entity_mask corrupt entities for dEA, which objective="
-            f"{cfg.objective!r} does not have; remove them or use objective mlm+dea"
+            f"{cfg.objective!r} does not have; set both to 0 (or remove them) or use objective mlm+dea"
         )
     if cfg.data.masking.strategy != "token":
         raise ConfigError(
