@@ -13,7 +13,7 @@
    (BERT-mini from random init), `ernie-thu-random` (ERNIE-THU-mini from random init with the same frozen TransE table
    and linking: what the entity input gives without pretraining) and `ernie-thu-unlinked` (the pretrained
    ERNIE-THU fine-tuned without its entity list, so without entity input: what pretraining left in the token
-   stream alone).
+   stream alone; likewise `ernie-thu-nodea-unlinked`).
 
 Prints each arm's dev accuracy per seed and ends with one JSON line: `ratio` is ERNIE-THU's mean dev accuracy
 over BERT's.
@@ -81,10 +81,9 @@ def random_ernie(pretrained: str, kg: Path, out: Path, args) -> str:
     return str(directory)
 
 
-def unlinked(pretrained: str, out: Path) -> str:
+def unlinked(pretrained: str, directory: Path) -> str:
     """A copy of the pretrained model directory without its entity list: fine-tuning then links nothing and
     its knowledge layers run as BERT layers (bertzoo warns so)."""
-    directory = out / "ernie-thu-unlinked" / "init"
     if not (directory / "model.safetensors").is_file():
         shutil.copytree(pretrained, directory, ignore=shutil.ignore_patterns(ENTITIES_FILE), dirs_exist_ok=True)
     return str(directory)
@@ -129,7 +128,11 @@ def main() -> None:
     inits = {arm: {"model": s["final_dir"]} for arm, s in summaries.items()}
     inits["random"] = {"model": "", "model_config": {"preset": "bert-mini"}, "tokenizer": str(shards / "tokenizer")}
     inits["ernie-thu-random"] = {"model": random_ernie(summaries["ernie-thu"]["final_dir"], kg, out, args)}
-    inits["ernie-thu-unlinked"] = {"model": unlinked(summaries["ernie-thu"]["final_dir"], out)}
+    for arm in ("ernie-thu", "ernie-thu-nodea"):  # each ERNIE-THU also without entity input in fine-tuning
+        if arm in summaries:
+            inits[f"{arm}-unlinked"] = {
+                "model": unlinked(summaries[arm]["final_dir"], out / f"{arm}-unlinked" / "init")
+            }
     tag = finetune_tag(args)
     rows: dict[str, list[float]] = {arm: [] for arm in inits}
     for seed in args.seeds:
