@@ -446,3 +446,31 @@ def test_without_dea_the_entities_are_fused_whole_and_never_predicted(tmp_path):
     with pytest.raises(ConfigError, match="corrupt entities for dEA") as info:
         v.collator(cfg, tokenizer(tmp_path))
     assert "\n" not in str(info.value)
+
+
+def test_a_pretraining_run_keeps_the_entity_list_in_every_model_directory(tmp_path):
+    """`bertzoo pretrain` of ERNIE-THU: checkpoints and final/ hold entities.json, and final/ links on its own."""
+    from bertzoo.config import load_pretrain_config
+    from bertzoo.data.shards import prepare_shards
+    from bertzoo.loading import load_encoder
+    from bertzoo.train.pretrain import pretrain
+
+    tok = tokenizer(tmp_path)
+    prepare_shards(["The army has many dogs. The dog of the army."] * 6, tok, tmp_path / "shards", progress=False)
+    d, _ = kg_dir(tmp_path, count=2, width=12)
+    meta = {**json.loads((d / "entities.json").read_text()), "names": ["army", "dog"]}
+    (d / "entities.json").write_text(json.dumps(meta))
+    cfg = load_pretrain_config("configs/pretrain/ernie-thu-mini.yaml")
+    cfg.data.shards, cfg.data.max_seq_len = str(tmp_path / "shards"), 16
+    cfg.objective_args["entities"] = str(d)
+    cfg.model = {"preset": "ernie-thu-tiny", "entity_size": 12, "entity_heads": 3}
+    t = cfg.train
+    t.output_dir, t.max_steps, t.save_every, t.batch_size, t.log_every = str(tmp_path / "run"), 2, 1, 2, 1
+    t.precision = "fp32"
+    summary = pretrain(cfg)
+    final = tmp_path / "run" / "final"
+    assert summary["final_dir"] == str(final)
+    assert json.loads((final / "entities.json").read_text()) == meta
+    checkpoints = sorted((tmp_path / "run" / "checkpoints").glob("step-*"))
+    assert checkpoints and all(json.loads((c / "entities.json").read_text()) == meta for c in checkpoints)
+    assert load_encoder(final).entity_list == meta
