@@ -144,6 +144,13 @@ def kind_of(raw: dict[str, Any], state: dict[str, torch.Tensor], is_hf: bool) ->
 # --- building it ----------------------------------------------------------------------------------
 
 
+def _fill(module: nn.Module, state: dict[str, torch.Tensor], directory: Path) -> None:
+    """Load a directory's weights into `module` (every key matched) and give its modules their side data
+    (ERNIE-THU's entity list): what every loader below does once the module is built."""
+    io.load_into(module, state, source=str(directory))
+    io.load_side_data(module, directory)
+
+
 def empty_encoder(config: ModelConfig) -> nn.Module:
     """The (randomly initialised) backbone `config` describes: an Encoder, or the family's own (`encoder_model`:
     XLNet)."""
@@ -167,8 +174,7 @@ def load_encoder(path: str | Path) -> Encoder:
     bottleneck = adapter_size_from_state(enc_state)
     if bottleneck:
         add_adapters(encoder, bottleneck)  # a model fine-tuned with adapters: they are part of its encoder
-    io.load_into(encoder, enc_state, source=str(directory))
-    io.load_side_data(encoder, directory)
+    _fill(encoder, enc_state, directory)
     return encoder
 
 
@@ -185,8 +191,7 @@ def load_pretraining(path: str | Path) -> nn.Module:
         objective = raw.get("objective") or ("mlm+nsp" if "nsp_head.classifier.weight" in state else "mlm")
         sentence_task = None if objective == "mlm" else objective.split("+", 1)[1]
         model = MaskedLM(Encoder(config), sentence_task=sentence_task)
-    io.load_into(model, state, source=str(directory))
-    io.load_side_data(model, directory)
+    _fill(model, state, directory)
     return model
 
 
@@ -204,8 +209,7 @@ def load_encoder_decoder(path: str | Path) -> EncoderDecoderLM:
         )
     model = EncoderDecoderLM(config)
     _add_saved_adapters(model, state)
-    io.load_into(model, state, source=str(directory))
-    io.load_side_data(model, directory)
+    _fill(model, state, directory)
     return model
 
 
@@ -264,8 +268,7 @@ def load_finetuned(path: str | Path, overrides: dict[str, Any] | None = None):
     model = task.build(encoder)
     mark_sentence_only(model, cfg.task)
     model.head_config = head
-    io.load_into(model, state, source=str(directory))
-    io.load_side_data(model, directory)
+    _fill(model, state, directory)
     link_backbone_entities(task, encoder, tokenizer)  # ERNIE-THU: its task text linked as in fine-tuning
     model.eval()
     return task, model, tokenizer
