@@ -3,8 +3,9 @@ distillation step with the teacher run live against read from the logit cache.
 
 Models: `--teacher` (a fine-tuned bertzoo classifier directory; default: all-MiniLM-L6-v2 with an untrained
 12-way head) and `--students` (fine-tuned directories; default: its layers 0, 2, 5 as a DistilBERT student and
-a random TinyBERT 4 x 312, both with untrained heads: speed does not depend on the weights). Inputs: wiki-topics
-dev texts tokenized by the teacher's tokenizer (random ids of the same lengths without the data package),
+a random TinyBERT 4 x 312, both with untrained heads: speed does not depend on the weights). Inputs: dev texts of
+the teacher's built-in task (wiki-topics for the default or a non-built-in task) tokenized by the teacher's
+tokenizer (random ids of realistic lengths without the data package),
 `--batch` rows padded to the longest, at most `--seq-len` tokens. The models take turns batch by batch, so load
 from other processes hits all alike; each figure is the median over repetitions.
 
@@ -47,31 +48,34 @@ def default_models():
     three, _ = encoder_from_teacher(teacher.encoder, StudentConfig(num_layers=3, variant="distilbert"))
     tiny = random_encoder({"preset": "tinybert-4l-312"}, tokenizer.vocab_size, tokenizer.pad_id, 0)
     students = [build_model(task, three, cfg), build_model(task, tiny, cfg)]
-    return teacher, students, tokenizer, ["teacher (MiniLM-L6)", "3 layers (DistilBERT init)", "TinyBERT 4x312"]
+    names = ["teacher (MiniLM-L6)", "3 layers (DistilBERT init)", "TinyBERT 4x312"]
+    return teacher, students, tokenizer, names, "wiki-topics"
 
 
 def load_models(teacher_dir: str, student_dirs: list[str]):
+    from bertzoo.data.builtin import BUILTIN_TASKS
     from bertzoo.loading import load_finetuned
 
-    _, teacher, tokenizer = load_finetuned(teacher_dir)
+    task, teacher, tokenizer = load_finetuned(teacher_dir)
+    dataset = task.cfg.data.dataset.removeprefix("builtin:")
     students = [load_finetuned(d)[1] for d in student_dirs]
     names = ["teacher"] + [f"{Path(d).parent.name} ({s.encoder.config.num_layers}x{s.encoder.config.hidden_size})"
                            for d, s in zip(student_dirs, students, strict=True)]  # fmt: skip
-    return teacher, students, tokenizer, names
+    return teacher, students, tokenizer, names, dataset if dataset in BUILTIN_TASKS else "wiki-topics"
 
 
-def texts(n: int) -> list[str] | None:
+def texts(n: int, dataset: str) -> list[str] | None:
     try:
         from bertzoo.data.builtin import load_builtin_task
 
-        return [ex["text"] for ex in load_builtin_task("wiki-topics", "dev")[:n]]
+        return [ex["text"] for ex in load_builtin_task(dataset, "dev")[:n]]
     except Exception:  # no data package: random ids of realistic lengths instead
         return None
 
 
-def make_batches(tokenizer, n_batches: int, batch: int, seq_len: int) -> list[Batch]:
+def make_batches(tokenizer, n_batches: int, batch: int, seq_len: int, dataset: str = "wiki-topics") -> list[Batch]:
     rows: list[list[int]]
-    found = texts(n_batches * batch)
+    found = texts(n_batches * batch, dataset)
     cls, sep = tokenizer.special.cls, tokenizer.special.sep
     if found and len(found) >= n_batches * batch:
         rows = [[cls, *ids[: seq_len - 2], sep] for ids in tokenizer.encode_batch(found)]
@@ -170,18 +174,18 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.teacher:
-        teacher, students, tokenizer, names = load_models(args.teacher, args.students or [])
+        teacher, students, tokenizer, names, dataset = load_models(args.teacher, args.students or [])
     else:
-        teacher, students, tokenizer, names = default_models()
+        teacher, students, tokenizer, names, dataset = default_models()
     if not students:
         raise SystemExit("give at least one student directory with --students")
     precision = resolve_precision(args.precision, torch.device("cpu"))
     dtype = autocast_dtype(precision)
     models = [m.eval() for m in (teacher, *students)]
-    batches = make_batches(tokenizer, args.batches, args.batch, args.seq_len)
+    batches = make_batches(tokenizer, args.batches, args.batch, args.seq_len, dataset)
     tokens = sum(int(b.attention_mask.sum()) for b in batches) / sum(b.input_ids.size(0) for b in batches)
-    print(f"cpu {cpu_capability()}, precision {precision}, threads {torch.get_num_threads()}, "
-          f"batch {args.batch}, mean {tokens:.0f} tokens per example (at most {args.seq_len})")  # fmt: skip
+    print(f"cpu {cpu_capability()}, precision {precision}, threads {torch.get_num_threads()}, batch {args.batch}, "
+          f"{dataset} dev texts, mean {tokens:.0f} tokens per example (at most {args.seq_len})")  # fmt: skip
     speeds = time_inference(models, batches, dtype, args.repeats)
     accs = [accuracy_of(args.teacher)] + [accuracy_of(d) for d in (args.students or [None] * len(students))]
     if args.teacher:  # the teacher's own report holds its figure under teacher_test when a student's does
@@ -203,6 +207,7 @@ def main() -> None:
         "teacher_test_accuracy": accs[0],
         "student_test_accuracies": accs[1:],
         "distill_step_ms": {"teacher_live": live, "cached": cached, "ratio": live / cached},
+        "dataset": dataset,
         "precision": precision,
         "cpu": cpu_capability(),
     }

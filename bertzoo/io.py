@@ -7,6 +7,7 @@ a training run, so every layer above can save and load through it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pickle
@@ -25,7 +26,7 @@ from torch import nn
 
 import bertzoo.hf_keys as hf_keys
 from bertzoo.config import ModelConfig, from_dict, read_json
-from bertzoo.errors import CheckpointError, DiskFullError, is_disk_full
+from bertzoo.errors import BertzooError, CheckpointError, DataError, DiskFullError, is_disk_full
 from bertzoo.hf_keys import HFFamily
 
 CONFIG = "config.json"
@@ -302,6 +303,25 @@ def save_pretrained(self: nn.Module, directory: str | Path) -> None:
     fields = self.checkpoint_fields() if hasattr(self, "checkpoint_fields") else {}
     save_module(self, self.config, directory, extra=fields)
     save_side_data(self, directory)
+
+
+def read_entities(directory: str | os.PathLike, error: type[BertzooError] = DataError) -> tuple[dict[str, Any], str]:
+    """The `entities.json` object of a `bertzoo kg-embed` directory (a dict with an `entities` list) and the
+    sha256 of its bytes (what a linking is keyed by); `error`, one line naming the fix, when the file is
+    missing or is not such an object."""
+    path = Path(directory) / ENTITIES_FILE
+    hint = f"make it with `bertzoo kg-embed --kg wordnet --out {directory}`"
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise error(f"cannot read {path} ({exc.strerror or exc}): not a kg-embed directory; {hint}") from None
+    try:
+        meta = json.loads(raw)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise error(f"{path} is not valid JSON ({exc}); {hint}") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("entities"), list):
+        raise error(f"{path} has no 'entities' list; {hint}")
+    return meta, hashlib.sha256(raw).hexdigest()
 
 
 def save_side_data(module: nn.Module, directory: str | Path) -> None:

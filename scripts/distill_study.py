@@ -1,11 +1,16 @@
-"""Distillation study on wiki-topics: does each distilled student beat the same student trained without
-the teacher, and how close does it come to the teacher? (docs/distillation.md)
+"""Distillation study: does each distilled student beat the same student trained without the teacher, and
+how close does it come to the teacher? (docs/distillation.md)
 
 Steps, each skipped when its output already exists (so the study can be stopped and run again):
 
-1. the teacher: all-MiniLM-L6-v2 fine-tuned on wiki-topics (configs/finetune/wiki-topics-minilm.yaml);
-2. general distillation of MiniLM into 3 of its layers (DistilBERT init; its MLM head proposes TinyBERT's
-   augmentation) and into a random 4 x 312 TinyBERT (configs/distill/*-general-minilm.yaml);
+1. the teacher,
+   - `--task wiki-topics`: all-MiniLM-L6-v2 fine-tuned on wiki-topics (configs/finetune/wiki-topics-minilm.yaml);
+   - `--task chinese-sentiment`: a Chinese BERT of MiniLM's shape pretrained by bertzoo on People's Daily and
+     the train reviews (a WordPiece tokenizer, shards, configs/pretrain/bert-zh-minilm.yaml for
+     `--pretrain-minutes`), fine-tuned on chinese-sentiment (configs/finetune/chinese-sentiment-zh-minilm.yaml);
+2. general distillation into a random 4 x 312 TinyBERT (configs/distill/tinybert-general-minilm.yaml with the
+   teacher's shards) and, on wiki-topics, of MiniLM into 3 of its layers (DistilBERT init), whose MLM head
+   proposes TinyBERT's augmentation (MiniLM has none; the Chinese teacher's own pretrained MLM does it);
 3. per seed, four task runs on the same fine-tuning data:
    - distilbert:        3 layers from the teacher, soft targets (T = 2) + gold labels;
    - distilbert-nokd:   the same student and schedule, gold labels only (no teacher);
@@ -15,6 +20,7 @@ Steps, each skipped when its output already exists (so the study can be stopped 
 
 Prints a table and, last, one JSON line. Usage:
     python scripts/distill_study.py --seeds 0 1 --out runs/distill-study
+    python scripts/distill_study.py --task chinese-sentiment --seeds 0 1 --out runs/distill-study-zh
 """
 
 from __future__ import annotations
@@ -44,42 +50,81 @@ def done(directory: Path) -> bool:
     return (directory / "model" / "model.safetensors").is_file() and (directory / "report.json").is_file()
 
 
+def wiki_teacher(args: argparse.Namespace, out: Path) -> tuple[Path, dict[str, Path], Path]:
+    """MiniLM fine-tuned on wiki-topics; DistilBERT and TinyBERT general students; the augmenting MLM."""
+    teacher_run = out / "teacher"
+    if not (teacher_run / "model" / "model.safetensors").is_file():
+        run(["finetune", "configs/finetune/wiki-topics-minilm.yaml", "--train.output_dir", str(teacher_run),
+             "--data.max_seq_len", str(args.teacher_len), "--train.epochs", str(args.teacher_epochs)])  # fmt: skip
+    for shards, split in (("shards-minilm", "builtin:wiki-en"), ("dev-shards-minilm", "builtin:wiki-en:dev")):
+        if not (out / shards / "meta.json").is_file():
+            run(["prepare", "-i", split, "--tokenizer", "builtin:all-minilm-l6-v2", "--out", str(out / shards)])
+    general = general_students(args, out, ("distilbert", "tinybert"), [])
+    return teacher_run / "model", general, general["distilbert"] / "model"
+
+
+def chinese_teacher(args: argparse.Namespace, out: Path) -> tuple[Path, dict[str, Path], Path]:
+    """A Chinese 6 x 384 BERT pretrained and fine-tuned by bertzoo; a TinyBERT general student; its own MLM."""
+    corpus = ["-i", "builtin:peoples-daily", "-i", "builtin:chinese-sentiment:train"]
+    tok = out / "tokenizer"
+    if not (tok / "tokenizer.json").is_file():
+        run(["tokenizer", "train", *corpus, "--vocab-size", "8000", "--out", str(tok)])
+    for shards, inputs in (("shards", corpus), ("dev-shards", ["-i", "builtin:chinese-sentiment:dev"])):
+        if not (out / shards / "meta.json").is_file():
+            run(["prepare", *inputs, "--tokenizer", str(tok), "--out", str(out / shards)])
+    pretrained = out / "pretrain" / "final"
+    if not (pretrained / "model.safetensors").is_file():
+        run(["pretrain", "configs/pretrain/bert-zh-minilm.yaml", "--train.output_dir", str(out / "pretrain"),
+             "--data.shards", str(out / "shards"), "--data.eval_shards", str(out / "dev-shards"),
+             "--train.max_minutes", str(args.pretrain_minutes)])  # fmt: skip
+    teacher_run = out / "teacher"
+    if not (teacher_run / "model" / "model.safetensors").is_file():
+        run(["finetune", "configs/finetune/chinese-sentiment-zh-minilm.yaml", "--model", str(pretrained),
+             "--train.output_dir", str(teacher_run), "--data.max_seq_len", str(args.teacher_len),
+             "--train.epochs", str(args.teacher_epochs)])  # fmt: skip
+    general = general_students(args, out, ("tinybert",), ["--teacher", str(pretrained)])
+    return teacher_run / "model", general, pretrained
+
+
+def general_students(args: argparse.Namespace, out: Path, names: tuple[str, ...], extra: list[str]) -> dict[str, Path]:
+    """General distillation of each method in `names` on `out`'s shards (configs/distill/*-general-minilm.yaml)."""
+    shards = "shards-minilm" if (out / "shards-minilm").is_dir() else "shards"
+    general = {}
+    for name in names:
+        general[name] = out / f"{name}-general"
+        if not done(general[name]):
+            run(["distill", f"configs/distill/{name}-general-minilm.yaml", "--train.output_dir", str(general[name]),
+                 "--data.shards", str(out / shards), "--data.eval_shards", str(out / f"dev-{shards}"), *extra,
+                 "--train.max_steps", str(args.general_steps), "--train.max_minutes", str(args.general_minutes),
+                 "--train.eval_every", str(max(1, args.general_steps // 4))])  # fmt: skip
+    return general
+
+
+def max_train(args: argparse.Namespace) -> list[str]:
+    return ["--data.max_train_examples", str(args.max_train)] if args.max_train else []
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--task", choices=["wiki-topics", "chinese-sentiment"], default="wiki-topics")
     p.add_argument("--out", default="runs/distill-study")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     p.add_argument("--teacher-len", type=int, default=64, help="max_seq_len of the teacher and every student")
     p.add_argument("--teacher-epochs", type=float, default=2)
+    p.add_argument("--pretrain-minutes", type=float, default=15, help="chinese-sentiment: the teacher's pretraining")
     p.add_argument("--general-steps", type=int, default=320, help="steps of each general distillation")
     p.add_argument("--general-minutes", type=float, default=15, help="each general distillation's time cap")
     p.add_argument("--epochs", type=float, default=3, help="task epochs of the DistilBERT students")
     p.add_argument("--copies", type=int, default=2, help="TinyBERT augmentation: copies per training example")
     p.add_argument("--inter-epochs", type=float, default=1, help="TinyBERT task stage: intermediate epochs")
-    p.add_argument("--max-train", type=int, default=None, help="training examples (default: all 8,003)")
+    p.add_argument("--max-train", type=int, default=None, help="students' training examples (default: all)")
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    length = ["--data.max_seq_len", str(args.teacher_len)]
+    build = wiki_teacher if args.task == "wiki-topics" else chinese_teacher
+    teacher, general, augmenter = build(args, out)
 
-    teacher_run = out / "teacher"
-    teacher = teacher_run / "model"
-    if not (teacher / "model.safetensors").is_file():
-        run(["finetune", "configs/finetune/wiki-topics-minilm.yaml", "--train.output_dir", str(teacher_run),
-             *length, "--train.epochs", str(args.teacher_epochs)])  # fmt: skip
-    for shards, split in (("shards-minilm", "builtin:wiki-en"), ("dev-shards-minilm", "builtin:wiki-en:dev")):
-        if not (out / shards / "meta.json").is_file():
-            run(["prepare", "-i", split, "--tokenizer", "builtin:all-minilm-l6-v2", "--out", str(out / shards)])
-    general = {}
-    for name in ("distilbert", "tinybert"):
-        general[name] = out / f"{name}-general"
-        if not done(general[name]):
-            run(["distill", f"configs/distill/{name}-general-minilm.yaml", "--train.output_dir", str(general[name]),
-                 "--data.shards", str(out / "shards-minilm"), "--data.eval_shards", str(out / "dev-shards-minilm"),
-                 "--train.max_steps", str(args.general_steps), "--train.max_minutes", str(args.general_minutes),
-                 "--train.eval_every", str(max(1, args.general_steps // 4))])  # fmt: skip
-
-    subset = ["--data.max_train_examples", str(args.max_train)] if args.max_train else []
-    common = ["--teacher", str(teacher), *subset]
+    common = ["--teacher", str(teacher), *max_train(args)]
     runs: dict[str, list[Path]] = {k: [] for k in ("distilbert", "distilbert-nokd", "tinybert", "tinybert-nokd")}
     tinybert_phases = [
         {
@@ -97,7 +142,7 @@ def main() -> None:
                                 "--phases", json.dumps([{"name": "finetune", "loss": {"hard": 1.0}}])],
             "tinybert": ["configs/distill/tinybert-wiki-topics.yaml",
                          "--student.model", str(general["tinybert"] / "model"),
-                         "--augment.model", str(general["distilbert"] / "model"), "--augment.copies", str(args.copies),
+                         "--augment.model", str(augmenter), "--augment.copies", str(args.copies),
                          "--augment.seed", str(seed), "--phases", json.dumps(tinybert_phases)],
             "tinybert-nokd": ["configs/distill/tinybert-wiki-topics.yaml", "--student.model",
                               str(general["tinybert"] / "model"), "--augment.copies", "0",
@@ -114,8 +159,8 @@ def main() -> None:
         return json.loads((directory / "report.json").read_text())[f"{who}_test"]["accuracy"]
 
     teacher_acc = test_acc(runs["distilbert"][0], "teacher")
-    result: dict = {"teacher_test_accuracy": teacher_acc, "seeds": args.seeds, "students": {}}
-    print(f"\nteacher (all-MiniLM-L6-v2 fine-tuned): test accuracy {teacher_acc:.4f}")
+    result: dict = {"task": args.task, "teacher_test_accuracy": teacher_acc, "seeds": args.seeds, "students": {}}
+    print(f"\nteacher ({teacher}): test accuracy {teacher_acc:.4f}")
     print(f"{'student':<18} {'test acc (mean ± sd)':>22} {'% of teacher':>13}  per seed")
     for name, dirs in runs.items():
         accs = [test_acc(d, "student") for d in dirs]

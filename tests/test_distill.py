@@ -386,6 +386,27 @@ def test_task_distilbert_student_is_a_finetuned_model(task_teacher, tmp_path):
     assert manifest["shape"] == [240, 3]
 
 
+def test_the_student_pools_as_its_teacher_unless_told(task_teacher, tmp_path):
+    """A mean-pooled teacher gives a mean-pooled student (its head was trained on that vector); an explicit
+    technique.pooling wins."""
+    from test_finetune import tiny_finetune_config
+
+    from bertzoo.loading import load_finetuned
+    from bertzoo.train.distill import distill
+    from bertzoo.train.finetune import finetune
+
+    cfg = tiny_finetune_config(task_teacher["paths"], tmp_path / "teacher", epochs=1, threads=1)
+    cfg.technique.pooling = "mean"
+    finetune(cfg)
+    teacher = tmp_path / "teacher" / "model"
+    distill(_task_cfg(teacher, tmp_path / "inherit", train={"epochs": 1}))
+    distill(_task_cfg(teacher, tmp_path / "cls", train={"epochs": 1}, technique={"pooling": "cls"}))
+    assert load_finetuned(tmp_path / "inherit" / "model")[0].cfg.technique.pooling == "mean"
+    assert load_finetuned(tmp_path / "cls" / "model")[0].cfg.technique.pooling == "cls"
+    # the task teacher of the other tests pools [CLS] (auto), and so do its students
+    assert load_finetuned(task_teacher["model"])[0].cfg.technique.pooling in ("auto", "cls")
+
+
 def test_cached_teacher_logits_train_the_same_student(task_teacher, tmp_path):
     from bertzoo.train.distill import distill
 
@@ -431,6 +452,18 @@ def test_task_tinybert_runs_intermediate_then_prediction(task_teacher, tmp_path)
     final = load_file(tmp_path / "run" / "model" / "model.safetensors")["head.classifier.weight"]
     assert not head_after_inter.equal(final)  # the prediction phase trained the head
     assert (inter / "final" / "distill_state.safetensors").is_file()
+    # only the prediction phase evaluates (and so picks a best/); no teacher cache: the intermediate phase reads
+    # hidden states and attention, the prediction phase was the only logit reader and it did use one
+    assert not any("eval_accuracy" in r for r in rows) and not (inter / "best").exists()
+    assert report["phases"]["prediction"]["best_metric"]["name"] == "eval_accuracy"
+
+
+def test_a_run_without_soft_targets_computes_no_teacher_cache(task_teacher, tmp_path):
+    from bertzoo.train.distill import distill
+
+    report = distill(_task_cfg(task_teacher["model"], tmp_path / "run", phases=[{"name": "ft", "loss": {"hard": 1.0}}]))
+    assert "teacher_cache" not in report and not (tmp_path / "run" / "teacher_cache").exists()
+    assert report["student_test"]["accuracy"] > 0
 
 
 def test_task_distillation_on_augmented_data(task_teacher, tmp_path):

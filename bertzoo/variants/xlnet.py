@@ -64,7 +64,7 @@ def model_config(spec: dict[str, Any]) -> ModelConfig:
 
 def build(config: ModelConfig, objective: str = DEFAULT_OBJECTIVE, **args: Any) -> PermutationLM:
     """The pretraining module: XLNet + the tied LM head of the permutation LM. `args` (objective_args)
-    belong to the collator (plm_probability, max_span_length), which checks them."""
+    belong to the collator (plm_probability, max_span_length, unit), which checks them."""
     if objective not in OBJECTIVES:
         raise ConfigError(f"objective={objective!r} is not available for XLNet; choose one of: {', '.join(OBJECTIVES)}")
     return PermutationLM(XLNet(config))
@@ -90,10 +90,24 @@ INPUT_FORMATS = ("full_sentences", "doc_sentences")  # the first is the default
 
 def examples(cfg: PretrainConfig, corpus, tokenizer, *, world_size: int = 1):
     """Packed blocks of running text up to max_seq_len (GPT's `full_sentences` recipe by default, or
-    `doc_sentences`); the collator draws the factorisation order and the targets."""
+    `doc_sentences`); the collator draws the factorisation order and the targets. A unit-level PLM
+    (`objective_args.unit`) reads blocks of one document with the shards' unit flags (ERNIE's: words,
+    phrases, entities from `data.lexicon`)."""
     from bertzoo.data.examples import one_of_formats
 
-    return one_of_formats(cfg, corpus, tokenizer, INPUT_FORMATS, "XLNet")
+    unit = cfg.objective_args.get("unit", "token")
+    if unit == "token":
+        return one_of_formats(cfg, corpus, tokenizer, INPUT_FORMATS, "XLNet")
+    from bertzoo.data.unit_collate import UnitDataset
+    from bertzoo.variants.ernie import unit_flags
+
+    if (cfg.data.input_format or INPUT_FORMATS[0]) != "doc_sentences" or cfg.data.tokens_per_batch:
+        raise ConfigError(
+            f"objective_args.unit={unit!r} reads the shards' unit flags, laid out over blocks of one document: "
+            "set data.input_format: doc_sentences (and no data.tokens_per_batch)"
+        )
+    inner = one_of_formats(cfg, corpus, tokenizer, INPUT_FORMATS, "XLNet")
+    return UnitDataset(inner, unit_flags(corpus, cfg.data.lexicon), seed=cfg.train.seed)
 
 
 def collator(cfg: PretrainConfig, tokenizer):
