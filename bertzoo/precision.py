@@ -70,11 +70,23 @@ def _matmul_gflops(dtype: torch.dtype, n: int = 256, budget_s: float = 0.05) -> 
 
 
 @functools.lru_cache(maxsize=1)
-def probe_cpu_bf16() -> Bf16Probe:
-    """Time a small fp32 and bf16 matmul once per process (about 0.1 s; cached)."""
+def probe_cpu_bf16(rounds: int = 3) -> Bf16Probe:
+    """Time a small fp32 and bf16 matmul once per process (about 0.3 s; cached): on one thread, the two
+    dtypes taking turns, the best of `rounds` each. Native and emulated bf16 differ per core, and a
+    multi-threaded probe on a busy machine measured noise (fp32 at 2 GFLOP/s while another job held the
+    cores, then 0.02x for bf16 on the next try), so `auto` picked fp32 for one run and bf16 for the next."""
     flags = _cpu_flags()
     native = bool(flags and flags & _NATIVE_BF16_FLAGS)
-    return Bf16Probe(native, _matmul_gflops(torch.float32), _matmul_gflops(torch.bfloat16))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        fp32 = bf16 = 0.0
+        for _ in range(rounds):
+            fp32 = max(fp32, _matmul_gflops(torch.float32))
+            bf16 = max(bf16, _matmul_gflops(torch.bfloat16))
+    finally:
+        torch.set_num_threads(threads)
+    return Bf16Probe(native, fp32, bf16)
 
 
 def cpu_capability() -> str:

@@ -78,6 +78,28 @@ def test_probe_measures_positive_rates():
     assert probe.speedup == pytest.approx(probe.bf16_gflops / probe.fp32_gflops)
 
 
+def test_probe_takes_turns_on_one_thread_and_keeps_the_best_of_each(monkeypatch):
+    """A stall in one timing (another job took the core) must not decide the precision: the dtypes alternate
+    and each keeps its best rate; the probe runs on one thread and gives the caller's thread count back."""
+    calls = []
+    slow_first = iter([2.0, 200.0, 100.0, 4.0, 90.0, 190.0])  # fp32, bf16, fp32, bf16, ...
+
+    def timed(dtype, *a, **k):
+        calls.append((dtype, torch.get_num_threads()))
+        return next(slow_first)
+
+    monkeypatch.setattr(P, "_matmul_gflops", timed)
+    before = torch.get_num_threads()
+    P.probe_cpu_bf16.cache_clear()
+    try:
+        probe = P.probe_cpu_bf16()
+    finally:
+        P.probe_cpu_bf16.cache_clear()
+    assert [d for d, _ in calls] == [torch.float32, torch.bfloat16] * 3
+    assert {t for _, t in calls} == {1} and torch.get_num_threads() == before
+    assert (probe.fp32_gflops, probe.bf16_gflops) == (100.0, 200.0) and probe.speedup == 2.0
+
+
 def test_a_run_records_what_auto_became(cpu, synthetic_shards, tmp_path):
     cpu({"avx2"})
     summary = pretrain(tiny_config(synthetic_shards, tmp_path / "run", max_steps=2, precision="auto"))
