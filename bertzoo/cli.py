@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -372,7 +373,15 @@ def cmd_pretrain(args: argparse.Namespace, extra: list[str]) -> int:
     print(json.dumps(summary, indent=2, default=str))
     if not summary.get("completed", True):  # stopped by SIGINT/SIGTERM or max_minutes, with a checkpoint
         print(f"to continue this run: {resume_command(getattr(args, 'argv', None))}", file=sys.stderr)
-    return 0
+    return stopped_exit(summary.get("stop_reason"))
+
+
+def stopped_exit(stop_reason: str | None) -> int:
+    """The exit code of a run that returned: 0, or 128 + the signal's number when a signal stopped it (shell
+    convention: 143 for SIGTERM, 130 for SIGINT). The run left a checkpoint either way, but a script or a
+    scheduler that started it must be able to tell that it did not finish (a time cap is a finish)."""
+    number = getattr(signal, stop_reason, None) if stop_reason and stop_reason.startswith("SIG") else None
+    return 128 + int(number) if number is not None else 0
 
 
 def resume_command(argv: list[str] | None) -> str:
@@ -407,7 +416,7 @@ def cmd_finetune(args: argparse.Namespace, extra: list[str]) -> int:
     print(json.dumps(summary, indent=2, default=str))
     if not summary.get("completed", True):
         print(f"to continue this run: {resume_command(getattr(args, 'argv', None))}", file=sys.stderr)
-    return 0
+    return stopped_exit(summary.get("stop_reason"))
 
 
 def _model_or_path(spec: str) -> str:
@@ -426,7 +435,8 @@ def cmd_distill(args: argparse.Namespace, extra: list[str]) -> int:
     print(json.dumps(report, indent=2, default=str))
     if "model_dir" not in report:
         print(f"to continue this run: {resume_command(getattr(args, 'argv', None))}", file=sys.stderr)
-    return 0
+    phases = report.get("phases", {}).values()
+    return stopped_exit(next((p.get("stop_reason") for p in phases if not p.get("completed", True)), None))
 
 
 def _print_report(metrics: dict[str, float], report: dict[str, Any]) -> None:

@@ -156,3 +156,15 @@ def test_override_values_are_not_taken_for_the_config_file(synthetic_shards, tmp
                  "--train.threads", "1"])  # fmt: skip
     assert code == 0
     assert (tmp_path / "run" / "final" / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize(("reason", "code"), [("SIGTERM", 143), ("SIGINT", 130), ("max_minutes", 0), (None, 0)])
+def test_a_run_stopped_by_a_signal_exits_with_128_plus_its_number(monkeypatch, capsys, reason, code):
+    """A preempted run keeps its checkpoint and says how to continue, and its exit code tells the script or
+    scheduler that started it that it did not finish; a spent time budget is a finish."""
+    import bertzoo.train.pretrain as pretraining
+
+    summary = {"completed": reason is None, "stop_reason": reason, "steps": 3}
+    monkeypatch.setattr(pretraining, "pretrain", lambda cfg, resume=None: summary)
+    assert main(["pretrain", "configs/pretrain/bert-tiny-smoke.yaml"]) == code
+    assert ("to continue this run" in capsys.readouterr().err) == (reason is not None)
