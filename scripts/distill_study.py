@@ -40,6 +40,10 @@ from bertzoo.cli import main as cli  # noqa: E402
 
 
 def run(args: list[str]) -> None:
+    """One bertzoo command; a training step continues its own checkpoints when the study is run again after a
+    stop (a stopped step exits non-zero, which ends the study)."""
+    if args[0] in ("pretrain", "finetune", "distill"):
+        args = [*args, "--resume", "auto"]
     print(f"\n$ bertzoo {shlex.join(args)}", flush=True)
     code = cli(args)
     if code != 0:
