@@ -185,6 +185,20 @@ def test_teacher_is_frozen_unsaved_and_in_eval_mode():
     assert all(p.grad is None for p in teacher.parameters())
 
 
+def test_the_students_own_losses_alone_never_run_the_teacher():
+    """A baseline without distillation (mlm or hard only) costs one model's forward, not two."""
+    teacher = tiny_teacher(40, seed=1)
+    calls = []
+    teacher.encoder.register_forward_hook(lambda *a: calls.append(1))
+    student = MaskedLM(
+        encoder_from_teacher(teacher.encoder, StudentConfig(num_layers=2, variant="bert"))[0], sentence_task=None
+    )
+    out = Distiller(student, teacher, {"mlm": 1.0, "cos": 0.0}).train()(_mlm_batch(40))
+    assert set(out.metrics) == {"mlm_loss", "mlm_acc", "loss"} and not calls
+    Distiller(student, teacher, {"mlm": 1.0, "cos": 1.0}).train()(_mlm_batch(40))
+    assert calls  # the hook sees the teacher when a term reads it
+
+
 def test_distilbert_terms_match_an_independent_computation():
     teacher = tiny_teacher(40, seed=1).eval()
     torch.manual_seed(3)

@@ -38,6 +38,7 @@ from bertzoo.objectives.mlm import MaskedLM, masked_lm_loss
 
 DISTILL_TERMS = ("ce", "mlm", "hard", "cos", "attn", "hidden")
 LOGIT_TERMS = frozenset({"ce"})
+TEACHER_TERMS = LOGIT_TERMS | {"cos", "attn", "hidden"}  # the terms that read the teacher
 EXTRA_WEIGHTS = "distill_state.safetensors"  # trainable parts that are not the student's (W_h)
 
 
@@ -304,9 +305,10 @@ class Distiller(nn.Module):
         w = self.weights
         scores = "attn" in w
         student = observe(self.student, batch, scores=scores, logits=bool({"ce", "mlm", "hard"} & set(w)))
-        teacher = self._teacher_view(batch, scores)
+        # The student's own losses alone (mlm, hard: a baseline without distillation) never run the teacher.
+        teacher = self._teacher_view(batch, scores) if TEACHER_TERMS & set(w) else None
         terms: dict[str, tuple[torch.Tensor, float]] = {}
-        s_out, t_out = student.encoder, teacher.encoder
+        s_out, t_out = student.encoder, teacher.encoder if teacher is not None else None
         mask = _flat_mask(batch, s_out.hidden_states[0].size(0))
         if "ce" in w:
             if student.logits is None or teacher.logits is None:
