@@ -99,7 +99,7 @@ def add_finetune_args(
     """The fine-tuning recipe options `finetune_dev` reads, with a script's own defaults (and --threads)."""
     ap.add_argument("--ft-epochs", type=float, default=epochs)
     ap.add_argument("--ft-lr", type=float, default=lr, help="fine-tuning peak learning rate")
-    ap.add_argument("--ft-examples", type=int, default=examples, help="training examples of the fine-tuning task (0 = all)")
+    ap.add_argument("--ft-examples", type=int, default=examples, help="fine-tuning examples (0 = all)")
     ap.add_argument("--ft-len", type=int, default=length, help="fine-tuning sequence length")
     ap.add_argument(
         "--ft-head-first", type=int, default=0, help="LP-FT: epochs of the head alone on the frozen encoder first"
