@@ -9,9 +9,10 @@ tokenizer (random ids of realistic lengths without the data package),
 `--batch` rows padded to the longest, at most `--seq-len` tokens. The models take turns batch by batch, so load
 from other processes hits all alike; each figure is the median over repetitions.
 
-Prints examples/s per model, the speed-up of each student and, when the model directories come from
-`bertzoo distill` / `bertzoo finetune`, their test accuracies (report.json beside the model). Last line: JSON
-with `ratio` = the first (3-layer) student's inference speed over the teacher's.
+Prints examples/s per model, the speed-up of each student beside its bound (the teacher's forward FLOPs on
+these inputs over the student's: what the speed-up would be if time followed FLOPs) and, when the model
+directories come from `bertzoo distill` / `bertzoo finetune`, their test accuracies (report.json beside the
+model). Last line: JSON with `ratio` = the first (3-layer) student's inference speed over the teacher's.
 
     python benchmarks/distill_throughput.py --quick
 """
@@ -21,13 +22,18 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from bertzoo.batch import Batch
-from bertzoo.precision import autocast_dtype, cpu_capability, resolve_precision
+sys.path.insert(0, str(Path(__file__).parent))
+from inference_throughput import useful_flops  # noqa: E402
+
+from bertzoo.batch import Batch  # noqa: E402
+from bertzoo.precision import autocast_dtype, cpu_capability, resolve_precision  # noqa: E402
 
 
 def default_models():
@@ -192,17 +198,21 @@ def main() -> None:
         first = Path(args.students[0]).parent / "report.json" if args.students else None
         if first is not None and first.is_file():
             accs[0] = json.loads(first.read_text()).get("teacher_test", {}).get("accuracy", accs[0])
-    print(f"{'model':<40} {'params':>10} {'examples/s':>11} {'speed-up':>9} {'test acc':>9}")
-    for name, m, speed, acc in zip(names, models, speeds, accs, strict=True):
+    lengths = np.concatenate([b.attention_mask.sum(dim=1).numpy() for b in batches])
+    flops = [useful_flops(m.encoder.config, lengths) for m in models]
+    print(f"{'model':<40} {'params':>10} {'examples/s':>11} {'speed-up':>9} {'bound':>7} {'test acc':>9}")
+    for name, m, speed, flop, acc in zip(names, models, speeds, flops, accs, strict=True):
         shown = f"{acc:.4f}" if acc is not None else "-"
         params = m.encoder.num_parameters()
-        print(f"{name:<40} {params / 1e6:>9.1f}M {speed:>11.1f} {speed / speeds[0]:>8.2f}x {shown:>9}")
+        print(f"{name:<40} {params / 1e6:>9.1f}M {speed:>11.1f} {speed / speeds[0]:>8.2f}x "
+              f"{flops[0] / flop:>6.2f}x {shown:>9}")  # fmt: skip
     live, cached = time_distill_step(students[0].train(), teacher, batches, dtype, max(1, args.repeats - 1))
     print(f"distillation step of the first student: teacher live {live:.0f} ms, cached logits {cached:.0f} ms "
           f"({live / cached:.2f}x)")  # fmt: skip
     result = {
         "ratio": speeds[1] / speeds[0],
         "speedups": [s / speeds[0] for s in speeds[1:]],
+        "flop_bounds": [flops[0] / f for f in flops[1:]],
         "examples_per_s": {"teacher": speeds[0], "students": speeds[1:]},
         "teacher_test_accuracy": accs[0],
         "student_test_accuracies": accs[1:],
