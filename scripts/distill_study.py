@@ -107,6 +107,20 @@ def general_students(args: argparse.Namespace, out: Path, names: tuple[str, ...]
     return general
 
 
+def speed(teacher: Path, students: list[str], seq_len: int) -> dict:
+    """`{"speed": ...}`: benchmarks/distill_throughput.py on the trained students (empty when it fails)."""
+    bench = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "distill_throughput.py"), "--teacher", str(teacher),
+         "--students", *students, "--seq-len", str(seq_len)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    print(bench.stdout[-3000:])
+    if bench.returncode != 0:
+        print(bench.stderr[-2000:], file=sys.stderr)
+        return {}
+    return {"speed": json.loads(bench.stdout.strip().splitlines()[-1])}
+
+
 def max_train(args: argparse.Namespace) -> list[str]:
     return ["--data.max_train_examples", str(args.max_train)] if args.max_train else []
 
@@ -187,21 +201,8 @@ def main() -> None:
 
     # the benchmark's headline ratio is its first student's: the 3-layer one when it was trained
     students = [str(runs[k][0] / "model") for k in ("distilbert", "tinybert") if k in runs]
-    if not students:
-        (out / "study.json").write_text(json.dumps(result, indent=2) + "\n")
-        print(json.dumps(result))
-        return
-    bench = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "distill_throughput.py"), "--teacher", str(teacher),
-         "--students", *students,
-         "--seq-len", str(args.teacher_len)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    print(bench.stdout[-3000:])
-    if bench.returncode == 0:
-        result["speed"] = json.loads(bench.stdout.strip().splitlines()[-1])
-    else:
-        print(bench.stderr[-2000:], file=sys.stderr)
+    if students:
+        result.update(speed(teacher, students, args.teacher_len))
     (out / "study.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result))
 
