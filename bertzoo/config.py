@@ -317,6 +317,9 @@ class TrainConfig:
     warmup_ratio: float = 0.0  # used when warmup_steps is 0
     schedule: Literal["linear", "constant", "cosine", "wsd"] = "linear"
     decay_ratio: float = 0.2  # wsd: share of all steps spent decaying to 0 at the end
+    # "time": warmup and decay follow the share of max_minutes spent (over all sessions of the run), so the
+    # rate reaches its end when the budget does at any step rate; max_steps is then only a cap.
+    schedule_clock: Literal["steps", "time"] = "steps"
     clip_norm: float | None = 1.0
     precision: Precision = "auto"  # resolved by bertzoo.precision from the device
     device: str = "auto"  # auto, cpu, cuda, cuda:1, ...

@@ -184,3 +184,17 @@ def test_ddp_mlm_only_objective_with_a_pooler(synthetic_shards, tmp_path):
     run(synthetic_shards, out, nproc=2, batch=4, extra=("--objective", "mlm", "--data.nsp", "false"))
     assert len(losses(out)) == 8
     assert any(k.startswith("encoder.pooler") for k in load_file(out / "final" / "model.safetensors"))
+
+
+def test_ddp_time_clocked_schedule_stops_every_rank_together(synthetic_shards, tmp_path):
+    """`schedule_clock: time` under 2 processes: the ranks average their clocks each step, so they agree
+    on the learning rate and on the step the budget ends at (a disagreement would hang or fail the
+    collective); the run counts as complete and its rate decays from the peak."""
+    out = tmp_path / "timed"
+    timed = ("--train.schedule_clock", "time", "--train.max_minutes", "0.1", "--train.max_steps", "100000",
+             "--train.warmup_steps", "0", "--train.warmup_ratio", "0.1")  # fmt: skip
+    proc = run(synthetic_shards, out, nproc=2, batch=4, extra=timed)
+    assert '"completed": true' in proc.stdout and '"stop_reason": "max_minutes"' in proc.stdout
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    lrs = [r["lr"] for r in rows if "lr" in r]
+    assert len(lrs) >= 3 and max(lrs) > lrs[-1]

@@ -10,7 +10,7 @@ from torch import nn
 
 from bertzoo.config import TrainConfig
 from bertzoo.errors import ConfigError
-from bertzoo.train.optim import build_optimizer, build_scheduler, param_groups
+from bertzoo.train.optim import BudgetClock, build_optimizer, build_scheduler, param_groups
 
 
 class RMSNormLike(nn.Module):
@@ -110,3 +110,33 @@ def test_bad_schedule_settings() -> None:
         build_scheduler(opt, TrainConfig(), 0)
     with pytest.raises(ConfigError, match="decay_ratio"):
         build_scheduler(opt, TrainConfig(schedule="wsd", decay_ratio=0.0), 10)
+
+
+def test_time_clocked_schedule_follows_the_budget_not_the_steps() -> None:
+    """`schedule_clock: time`: warmup and decay are shares of max_minutes, whatever the step count."""
+    cfg = TrainConfig(lr=1.0, warmup_ratio=0.1, schedule="linear", schedule_clock="time", max_minutes=5)
+    p = nn.Parameter(torch.zeros(2, 2))
+    opt = torch.optim.SGD([p], lr=cfg.lr)
+    clock = BudgetClock()
+    sched = build_scheduler(opt, cfg, total_steps=1_000_000, clock=clock)
+    # warmup to 1.0 over the first 10% of the budget, then linear to 0 over the other 90%
+    expected = {0.0: 0.0, 0.05: 0.5, 0.1: 1.0, 0.55: 0.5, 0.91: 0.1, 1.0: 0.0}
+    for fraction, value in expected.items():
+        clock.fraction = fraction
+        opt.step()
+        sched.step()
+        assert opt.param_groups[0]["lr"] == pytest.approx(value, abs=1e-9), fraction
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"schedule_clock": "time"}, "set train.max_minutes"),
+        ({"schedule_clock": "time", "max_minutes": 1, "warmup_steps": 5}, "train.warmup_ratio"),
+        ({"schedule_clock": "wall"}, "train.schedule_clock='wall' is not allowed"),
+    ],
+)
+def test_time_clock_refuses_what_it_cannot_follow(fields: dict, message: str) -> None:
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1)
+    with pytest.raises(ConfigError, match=message):
+        build_scheduler(opt, TrainConfig(**fields), 10, clock=BudgetClock())

@@ -163,3 +163,39 @@ def test_frequency_weighted_masking_is_wired(synthetic_shards, tmp_path):
     cfg.data.masking.strategy = "whole_word"
     with pytest.raises(ConfigError, match="frequency_power"):
         build_pretraining(cfg)
+
+
+class FakeClock:
+    """Stands in for the `time` module of the training loop: each reading advances one second, so a
+    budget ends after a number of steps that does not depend on the machine."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def test_time_clocked_schedule_ends_with_the_budget(synthetic_shards, tmp_path, monkeypatch):
+    """With `schedule_clock: time` a run with a huge max_steps still warms up, decays to ~0 when
+    max_minutes is spent, and counts as complete; resuming it finds nothing left to do."""
+    monkeypatch.setattr("bertzoo.train.loop.time", FakeClock())
+    cfg = tiny_config(
+        synthetic_shards, tmp_path / "run", max_steps=1_000_000, max_minutes=1.0, warmup_steps=0,
+        warmup_ratio=0.2, schedule_clock="time", log_every=1, save_every=0,
+    )  # fmt: skip
+    summary = pretrain(cfg)
+    assert summary["completed"] and summary["stop_reason"] == "max_minutes"
+    assert 10 <= summary["steps"] < 60  # 60 fake seconds, at least one reading per step
+    lrs = [json.loads(line)["lr"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    lrs = [lr for lr in lrs if lr is not None]
+    peak = lrs.index(max(lrs))
+    assert max(lrs) > 0.8e-3  # reached (about) the configured 1e-3
+    assert 0 < peak < len(lrs) - 1  # warmed up, then decayed
+    assert all(a >= b for a, b in zip(lrs[peak:], lrs[peak + 1 :], strict=False))
+    assert lrs[-1] < 0.15e-3  # the budget ended with the decay (one step of lag: 3 fake seconds)
+    assert (tmp_path / "run" / "final" / "model.safetensors").is_file()
+
+    again = pretrain(cfg, resume="auto")
+    assert again["steps_this_session"] == 0 and again["completed"]

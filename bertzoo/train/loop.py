@@ -45,7 +45,7 @@ from bertzoo.train.devices import resolve_device, validate
 from bertzoo.train.evaluation import BEST_DIR, BestTracker, EvalFn, run_eval
 from bertzoo.train.feed import BatchFeed
 from bertzoo.train.metrics import MetricsWriter, RunningAverage, plot_metrics
-from bertzoo.train.optim import build_optimizer, build_scheduler
+from bertzoo.train.optim import BudgetClock, build_optimizer, build_scheduler
 from bertzoo.train.parallel import Parallel
 from bertzoo.train.progress import ProgressBar, TokenRate, log_line, say
 from bertzoo.train.resume import RESUME_HINT, read_progress, resolve_resume, restore_streams
@@ -163,7 +163,8 @@ class Trainer:
 
         self._groups_arg = param_groups
         self.optimizer = build_optimizer(self.objective, cfg, groups=param_groups)
-        self.scheduler = build_scheduler(self.optimizer, cfg, cfg.max_steps)
+        self.budget = BudgetClock()  # read by a time-clocked schedule; kept current by _tick
+        self.scheduler = build_scheduler(self.optimizer, cfg, cfg.max_steps, clock=self.budget)
         self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.precision == "fp16")
         # Every parameter, frozen or not: gradual unfreezing turns some on later, and clipping skips
         # those without a gradient anyway.
@@ -279,6 +280,25 @@ class Trainer:
 
     def _elapsed(self) -> float:
         return self.elapsed_before + (time.monotonic() - self._session_start)
+
+    def _budget_spent(self) -> bool:
+        """Update the budget clock; True once `train.max_minutes` is used up.
+
+        Under `schedule_clock: time` the budget is the whole run's (time before a resume counts), since the
+        schedule ends with it; otherwise it is each session's. Ranks average their clocks so that every
+        rank's learning rate is the same.
+        """
+        cfg = self.cfg
+        if cfg.max_minutes is None:
+            return False
+        by_time = cfg.schedule_clock == "time"
+        spent = self._elapsed() if by_time else time.monotonic() - self._session_start
+        if by_time and self.dist.world_size > 1:
+            total = distributed.all_reduce_sum(torch.tensor([spent], dtype=torch.float64, device=self.device))
+            spent = float(total.item()) / self.dist.world_size
+        fraction = spent / (cfg.max_minutes * 60)
+        self.budget.fraction = min(1.0, fraction)
+        return fraction >= 1.0
 
     def _log(self, interval: RunningAverage, writer: MetricsWriter) -> None:
         means = interval.compute(reduce=self.dist.world_size > 1)
@@ -432,11 +452,14 @@ class Trainer:
         self._announce_epoch()
         if self.best.should_stop:
             self._stop_reason = "early_stopping"  # a resumed run that had already stopped early
+        elif cfg.schedule_clock == "time" and self._budget_spent():
+            self._stop_reason = "max_minutes"  # a resumed run whose schedule had already ended
 
         bar = self._bar = ProgressBar(cfg.max_steps, self.step, enabled=self.is_main and self.progress)
         try:
             with stop_on_signals(self._request_stop, stopping=lambda: self._stop_reason is not None):
-                while self.step < cfg.max_steps and self._stop_reason != "early_stopping":
+                # (A signal's stop is honoured after the step under way, in the loop body.)
+                while self.step < cfg.max_steps and self._stop_reason not in ("early_stopping", "max_minutes"):
                     self._train_step(stepper, batches, interval)
                     bar.step_done(self._last_loss, self._last_lr)
                     if self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
@@ -445,9 +468,8 @@ class Trainer:
                         self._evaluate(writer)
                     if cfg.save_every and self.step % cfg.save_every == 0:
                         self._save()
-                    if self._stop_reason is None and cfg.max_minutes is not None:
-                        if time.monotonic() - self._session_start >= cfg.max_minutes * 60:
-                            self._stop_reason = "max_minutes"
+                    if self._budget_spent() and self._stop_reason is None:
+                        self._stop_reason = "max_minutes"
                     stop = self._stop_reason is not None
                     if self.dist.world_size > 1 and distributed.any_rank(stop, self.device):
                         stop = True
@@ -467,7 +489,9 @@ class Trainer:
             bar.close()
             self._bar = None
         early = self._stop_reason == "early_stopping"
-        completed = self.step >= cfg.max_steps or early
+        # A time-clocked schedule has ended with its budget: the run is complete, as at max_steps.
+        timed_out = cfg.schedule_clock == "time" and self._stop_reason == "max_minutes"
+        completed = self.step >= cfg.max_steps or early or timed_out
         final_dir = None
         # A run that used up its time budget is finished as far as the user is concerned: its model
         # goes to final/ like a completed run's (a later --resume auto continues and rewrites it).
@@ -491,7 +515,8 @@ class Trainer:
             "steps": self.step,
             "steps_this_session": self.step - start_step,
             "completed": completed,
-            "stop_reason": "early_stopping" if early else (None if completed else self._stop_reason),
+            # Early stopping and a time-clocked budget end a run completely, and still say why.
+            "stop_reason": self._stop_reason if early or timed_out or not completed else None,
             "final_metrics": dict(self._final_metrics),
             "tokens_seen": self.tokens_seen,
             "tokens_per_s": (self.tokens_seen - session_tokens_start) / max(session, 1e-9),

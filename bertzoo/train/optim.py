@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -14,6 +15,18 @@ from bertzoo.errors import ConfigError
 from bertzoo.param_groups import decay_split
 
 SCHEDULES = ("linear", "constant", "cosine", "wsd")
+CLOCKS = ("steps", "time")
+# A time-clocked schedule is the step schedule over this many virtual steps of the budget: fine enough that
+# the learning rate moves smoothly, and it reuses one definition of each schedule's shape.
+_TIME_RESOLUTION = 100_000
+
+
+@dataclass
+class BudgetClock:
+    """The share of `train.max_minutes` spent so far, set by the trainer before each step and read by a
+    time-clocked schedule (`train.schedule_clock: time`)."""
+
+    fraction: float = 0.0
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -96,21 +109,57 @@ def lr_factor(step: int, *, schedule: str, warmup: int, total: int, decay_ratio:
     raise ConfigError(f"train.schedule={schedule!r} is not allowed; choose one of: {', '.join(SCHEDULES)}")
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig, total_steps: int) -> LambdaLR:
-    """LambdaLR with linear warmup then `cfg.schedule` ("linear", "constant", "cosine" or "wsd")."""
+def build_scheduler(
+    optimizer: torch.optim.Optimizer, cfg: TrainConfig, total_steps: int, clock: BudgetClock | None = None
+) -> LambdaLR:
+    """LambdaLR with linear warmup then `cfg.schedule` ("linear", "constant", "cosine" or "wsd").
+
+    With `cfg.schedule_clock: time` the schedule runs over the time budget instead of the steps: warmup
+    is `warmup_ratio` of `max_minutes` and the decay ends when the budget does, whatever the step rate
+    (cramming's budget-based schedule). `clock` carries the spent share; `total_steps` is then only a cap.
+    """
     if total_steps < 1:
         raise ConfigError(f"total training steps must be >= 1, got {total_steps}; raise train.max_steps")
     if cfg.schedule not in SCHEDULES:
         raise ConfigError(f"train.schedule={cfg.schedule!r} is not allowed; choose one of: {', '.join(SCHEDULES)}")
-    warmup = warmup_steps_for(cfg, total_steps)
     schedule = cfg.schedule
     decay = cfg.decay_ratio
     if not 0.0 < decay <= 1.0:
         raise ConfigError(f"train.decay_ratio must be in (0, 1], got {decay}")
+    check_time_clock(cfg)
+    if cfg.schedule_clock == "time":
+        if clock is None:
+            raise ValueError("a time-clocked schedule needs the trainer's BudgetClock")
+        warmup = warmup_steps_for(cfg, _TIME_RESOLUTION)
+        budget = clock
 
-    # A closure (not a callable object) keeps the scheduler's state_dict free of custom objects, so it
-    # round-trips through torch.load(weights_only=True).
+        # Closures (not callable objects) keep the scheduler's state_dict free of custom objects, so it
+        # round-trips through torch.load(weights_only=True).
+        def by_time(step: int) -> float:
+            virtual = min(_TIME_RESOLUTION, round(budget.fraction * _TIME_RESOLUTION))
+            return lr_factor(virtual, schedule=schedule, warmup=warmup, total=_TIME_RESOLUTION, decay_ratio=decay)
+
+        return LambdaLR(optimizer, by_time)
+    warmup = warmup_steps_for(cfg, total_steps)
+
     def factor(step: int) -> float:
         return lr_factor(step, schedule=schedule, warmup=warmup, total=total_steps, decay_ratio=decay)
 
     return LambdaLR(optimizer, factor)
+
+
+def check_time_clock(cfg: TrainConfig) -> None:
+    """Refuse, in one line, a `schedule_clock` the schedule cannot follow."""
+    if cfg.schedule_clock not in CLOCKS:
+        raise ConfigError(
+            f"train.schedule_clock={cfg.schedule_clock!r} is not allowed; choose one of: {', '.join(CLOCKS)}"
+        )
+    if cfg.schedule_clock != "time":
+        return
+    if cfg.max_minutes is None:
+        raise ConfigError("train.schedule_clock: time follows the time budget; set train.max_minutes")
+    if cfg.warmup_steps > 0:
+        raise ConfigError(
+            "train.schedule_clock: time measures warmup as a share of the budget; set train.warmup_ratio "
+            f"instead of train.warmup_steps ({cfg.warmup_steps})"
+        )
