@@ -189,7 +189,8 @@ def load_pretraining(path: str | Path) -> nn.Module:
         model = variant.pretraining_model(raw, config, state)
     else:
         objective = raw.get("objective") or ("mlm+nsp" if "nsp_head.classifier.weight" in state else "mlm")
-        sentence_task = None if objective == "mlm" else objective.split("+", 1)[1]
+        # mlm+contrast (BERT's halves contrast) has no weights of its own: it loads as the masked LM it is.
+        sentence_task = {"mlm+nsp": "nsp", "mlm+sop": "sop"}.get(objective)
         model = MaskedLM(Encoder(config), sentence_task=sentence_task)
     _fill(model, state, directory)
     return model

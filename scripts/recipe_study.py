@@ -60,6 +60,9 @@ LEVERS: dict[str, dict[str, Any]] = {
     # Untied MLM decoder: a tied one pushes every rare token's embedding the same way (the softmax's
     # "not this word" gradient), so after a few hundred steps rare words share one direction.
     "untied": {"model.tie_word_embeddings": False},
+    # Masked LM + the two halves of each text finding each other in the batch (objectives/doc_contrast.py):
+    # a document-level signal in the mean-pooled vector that fine-tuning reads.
+    "contrast": {"objective": "mlm+contrast", "data.nsp": False},
 }
 # Named combinations.
 LEVERS["combined"] = {**LEVERS["vocab8k"], **LEVERS["no-dropout"], **LEVERS["mask30"]}

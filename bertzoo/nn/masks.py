@@ -127,3 +127,23 @@ def seq2seq_mask(source_lengths: torch.Tensor, lengths: torch.Tensor, seq_len: i
     end = torch.where(real, torch.minimum(length, torch.maximum(source, query + 1)), query + 1)  # (batch, seq, 1)
     first = torch.where(real, torch.zeros_like(query), query)  # (batch, seq, 1)
     return (key >= first) & (key < end)
+
+
+def halves_mask(attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Split each row's real tokens into a first and a second half that cannot see each other.
+
+    (batch, seq) padding mask (real tokens first) -> ((batch, seq, seq) bool, True = query may attend key;
+    (batch, seq) half index: 0 for the first ceil(n / 2) real tokens, 1 for the rest, -1 for padding).
+    A real query sees the real keys of its own half; a padded query sees only itself (an all-False row
+    would make SDPA return NaN, see `seq2seq_mask`). The two halves are then two independent views of one
+    text in one row, as a document-level contrastive objective needs.
+    """
+    real = attention_mask.bool()  # (batch, seq)
+    lengths = real.sum(dim=1, keepdim=True)  # (batch, 1)
+    pos = torch.arange(real.size(1), device=real.device)[None, :]  # (1, seq)
+    half = (pos >= (lengths + 1) // 2).long()  # (batch, seq)
+    half = torch.where(real, half, torch.full_like(half, -1))
+    same = half[:, :, None] == half[:, None, :]  # (batch, query, key)
+    own = pos[:, :, None] == pos[:, None, :]  # (1, query, key)
+    pattern = (same & real[:, None, :]) | (own & ~real[:, :, None])
+    return pattern, half

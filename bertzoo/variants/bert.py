@@ -9,6 +9,7 @@ from bertzoo.config import ModelConfig, PretrainConfig, preset_config
 from bertzoo.errors import ConfigError
 from bertzoo.hf_keys import HFFamily
 from bertzoo.model import Encoder
+from bertzoo.objectives.doc_contrast import HalvesContrastMLM
 from bertzoo.objectives.mlm import MaskedLM
 
 # Sizes from the BERT paper (base, large) and Turc et al. 2019, "Well-Read Students Learn Better"
@@ -28,8 +29,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     "minilm-l6-h384": {"num_layers": 6, "hidden_size": 384, "num_heads": 12, "intermediate_size": 1536},
 }
 
-OBJECTIVES = ("mlm+nsp", "mlm")
+OBJECTIVES = ("mlm+nsp", "mlm", "mlm+contrast")
 DEFAULT_OBJECTIVE = "mlm+nsp"
+CONTRAST_ARGS = ("contrast_weight", "temperature")
 
 
 def model_config(spec: dict[str, Any]) -> ModelConfig:
@@ -37,10 +39,24 @@ def model_config(spec: dict[str, Any]) -> ModelConfig:
     return preset_config(spec, PRESETS, variant="bert", family="BERT")
 
 
-def build(config: ModelConfig, objective: str = "mlm+nsp") -> MaskedLM:
-    """The pretraining module: encoder + MLM head (+ NSP head)."""
+def build(config: ModelConfig, objective: str = "mlm+nsp", **args: Any) -> MaskedLM:
+    """The pretraining module: encoder + MLM head (+ NSP head, or + the halves' contrastive term, whose
+    `objective_args` are `contrast_weight` (default 1) and `temperature` (default 0.05))."""
     if objective not in OBJECTIVES:
         raise ConfigError(f"objective={objective!r} is not available for BERT; choose one of: {', '.join(OBJECTIVES)}")
+    allowed = CONTRAST_ARGS if objective == "mlm+contrast" else ()
+    unknown = sorted(set(args) - set(allowed))
+    if unknown:
+        raise ConfigError(
+            f"objective_args {unknown} do not apply to BERT's objective {objective}"
+            + (f"; it accepts: {', '.join(allowed)}" if allowed else "; remove them")
+        )
+    if objective == "mlm+contrast":
+        weight, temperature = args.get("contrast_weight", 1.0), args.get("temperature", 0.05)
+        for name, value in (("contrast_weight", weight), ("temperature", temperature)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ConfigError(f"objective_args.{name} must be a positive number, got {value!r}")
+        return HalvesContrastMLM(Encoder(config), weight=float(weight), temperature=float(temperature))
     return MaskedLM(Encoder(config), sentence_task="nsp" if objective == "mlm+nsp" else None)
 
 
@@ -51,6 +67,8 @@ def examples(cfg: PretrainConfig, corpus, tokenizer, *, world_size: int = 1):
     step (ERNIE's masking stages) read it."""
     from bertzoo.data.examples import NspDataset
 
+    if cfg.objective == "mlm+contrast" and cfg.data.nsp:
+        raise ConfigError("objective mlm+contrast contrasts the two halves of one text; set data.nsp false")
     return NspDataset(
         corpus,
         tokenizer,
