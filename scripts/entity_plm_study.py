@@ -11,6 +11,8 @@ Daily with gold entities; each fine-tuned on peoples-daily-ner and chinese-senti
      with one entity stage).
    - `bert-token`: BERT-mini with its own CPU-budget recipe (configs/pretrain/bert-mini.yaml: masked LM + NSP,
      30% token masking, dropout off), the baseline every other objective is measured against.
+   - `bert-contrast`: the same with objective mlm+contrast (masked LM + the halves of each text finding each
+     other in the batch; objectives/doc_contrast.py).
 3. Fine-tuning of each pretrained model and of each architecture from random init (same tokenizer), seeds as
    given, on subsets of `peoples-daily-ner` (entity F1, configs/finetune/peoples-daily-ner-bert-mini-zh.yaml) and
    `chinese-sentiment` (accuracy, configs/finetune/chinese-sentiment-zh-minilm.yaml's recipe: mean pooling).
@@ -50,6 +52,7 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "xlnet-entity": (XLNET, {"objective_args.unit": "entity"}),
     "ernie-entity": (ERNIE, {"objective_args.stages": [{"strategy": "entity", "start": 0.0}]}),
     "bert-token": ("configs/pretrain/bert-mini.yaml", {}),
+    "bert-contrast": ("configs/pretrain/bert-mini.yaml", {"objective": "mlm+contrast", "data.nsp": False}),
 }
 # The architecture each arm's random init rebuilds (its config's model section).
 RANDOM = {
@@ -101,7 +104,7 @@ def main() -> None:
         nargs="+",
         default=list(ARMS)[:3],
         choices=list(ARMS),
-        help="default: the three entity-study arms (bert-token is asked for by name)",
+        help="default: the three entity-study arms (the bert-* arms are asked for by name)",
     )
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     ap.add_argument("--vocab", type=int, default=8000)
