@@ -163,7 +163,7 @@ class Trainer:
 
         self._groups_arg = param_groups
         self.optimizer = build_optimizer(self.objective, cfg, groups=param_groups)
-        self.budget = BudgetClock()  # read by a time-clocked schedule; kept current by _tick
+        self.budget = BudgetClock()  # read by a time-clocked schedule; kept current by _budget_spent
         self.scheduler = build_scheduler(self.optimizer, cfg, cfg.max_steps, clock=self.budget)
         self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.precision == "fp16")
         # Every parameter, frozen or not: gradual unfreezing turns some on later, and clipping skips
