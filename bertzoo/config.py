@@ -756,6 +756,15 @@ def load_pretrain_config(path: str | Path | None, overrides: dict[str, Any] | No
     return from_dict(PretrainConfig, data)
 
 
+def check_objective_args(args: dict[str, Any], allowed: tuple[str, ...], who: str) -> None:
+    """One-line ConfigError naming the first `objective_args` key that `who` (a family, or a family's
+    objective) does not take, and what it does take."""
+    unknown = sorted(set(args) - set(allowed))
+    if unknown:
+        takes = f"{who} accepts: {', '.join(allowed)}" if allowed else f"{who} takes none; remove them"
+        raise ConfigError(f"unknown objective_args key {unknown[0]}; {takes}")
+
+
 def preset_config(
     spec: dict[str, Any],
     presets: dict[str, dict[str, Any]],

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import bertzoo.hf_keys as hf_keys
-from bertzoo.config import ModelConfig, PretrainConfig, preset_config
+from bertzoo.config import ModelConfig, PretrainConfig, check_objective_args, preset_config
 from bertzoo.errors import ConfigError
 from bertzoo.hf_keys import HFFamily
 from bertzoo.model import Encoder
@@ -44,13 +44,7 @@ def build(config: ModelConfig, objective: str = "mlm+nsp", **args: Any) -> Maske
     `objective_args` are `contrast_weight` (default 1) and `temperature` (default 0.05))."""
     if objective not in OBJECTIVES:
         raise ConfigError(f"objective={objective!r} is not available for BERT; choose one of: {', '.join(OBJECTIVES)}")
-    allowed = CONTRAST_ARGS if objective == "mlm+contrast" else ()
-    unknown = sorted(set(args) - set(allowed))
-    if unknown:
-        raise ConfigError(
-            f"objective_args {unknown} do not apply to BERT's objective {objective}"
-            + (f"; it accepts: {', '.join(allowed)}" if allowed else "; remove them")
-        )
+    check_objective_args(args, CONTRAST_ARGS if objective == "mlm+contrast" else (), f"BERT's objective {objective}")
     if objective == "mlm+contrast":
         weight, temperature = args.get("contrast_weight", 1.0), args.get("temperature", 0.05)
         for name, value in (("contrast_weight", weight), ("temperature", temperature)):

@@ -31,7 +31,7 @@ import bertzoo.hf_keys as hf_keys
 import bertzoo.io as io
 import bertzoo.variants.bert as bert
 from bertzoo.batch import Batch
-from bertzoo.config import ModelConfig, from_dict, preset_config
+from bertzoo.config import ModelConfig, check_objective_args, from_dict, preset_config
 from bertzoo.errors import CheckpointError, ConfigError
 from bertzoo.hf_keys import HFFamily
 from bertzoo.model import Encoder
@@ -112,9 +112,7 @@ def build(config: ModelConfig, objective: str = "electra", **args: Any) -> nn.Mo
         raise ConfigError(
             f"objective={objective!r} is not available for ELECTRA; choose one of: {', '.join(OBJECTIVES)}"
         )
-    unknown = sorted(set(args) - set(OBJECTIVE_ARGS))
-    if unknown:
-        raise ConfigError(f"unknown objective_args key {unknown[0]}; ELECTRA accepts: {', '.join(OBJECTIVE_ARGS)}")
+    check_objective_args(args, OBJECTIVE_ARGS, "ELECTRA")
     if objective == "mlm":
         if args:
             raise ConfigError(f"objective_args ({', '.join(args)}) apply to objective electra, not mlm; remove them")

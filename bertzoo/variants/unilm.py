@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 import bertzoo.variants.bert as bert
-from bertzoo.config import ModelConfig, PretrainConfig, preset_config
+from bertzoo.config import ModelConfig, PretrainConfig, check_objective_args, preset_config
 from bertzoo.errors import ConfigError
 from bertzoo.model import Encoder
 from bertzoo.objectives.mlm import MaskedLM
@@ -55,9 +55,7 @@ def options(args: dict[str, Any]) -> dict[str, Any]:
     """The collator's keyword arguments from `objective_args`, checked (one-line ConfigError)."""
     from bertzoo.data.unilm_collate import SEGMENTS, check_ngrams, check_shares
 
-    unknown = sorted(set(args) - set(OBJECTIVE_ARGS))
-    if unknown:
-        raise ConfigError(f"unknown objective_args key {unknown[0]}; UniLM accepts: {', '.join(OBJECTIVE_ARGS)}")
+    check_objective_args(args, OBJECTIVE_ARGS, "UniLM")
     segments = args.get("segments", "per_lm")
     if segments not in SEGMENTS:
         raise ConfigError(f"objective_args.segments={segments!r}; choose one of: {', '.join(SEGMENTS)}")
