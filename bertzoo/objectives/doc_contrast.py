@@ -9,6 +9,8 @@ share, their vocabulary and subject, in the same mean-pooled vector that fine-tu
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.nn.functional as F
 
@@ -49,7 +51,8 @@ class HalvesContrastMLM(MaskedLM):
 
     def forward(self, batch: Batch) -> ObjectiveOutput:
         pattern, half = halves_mask(batch.attention_mask)
-        out = self.encoder(batch.input_ids, pattern, batch.token_type_ids, pool=False)
+        # MaskedLM.encode attends by `attention_pattern` (UniLM's route); the batch itself is left as it was.
+        out = self.encode(dataclasses.replace(batch, extra={**batch.extra, "attention_pattern": pattern}))
         result = self.losses(out, batch)
         hidden = out.last_hidden_state  # (batch, seq, hidden)
         a, b = masked_mean(hidden, half == 0), masked_mean(hidden, half == 1)  # (batch, hidden) each
