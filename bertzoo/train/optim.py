@@ -127,23 +127,18 @@ def build_scheduler(
     if not 0.0 < decay <= 1.0:
         raise ConfigError(f"train.decay_ratio must be in (0, 1], got {decay}")
     check_time_clock(cfg)
-    if cfg.schedule_clock == "time":
-        if clock is None:
-            raise ValueError("a time-clocked schedule needs the trainer's BudgetClock")
-        warmup = warmup_steps_for(cfg, _TIME_RESOLUTION)
-        budget = clock
+    by_time = cfg.schedule_clock == "time"
+    if by_time and clock is None:
+        raise ValueError("a time-clocked schedule needs the trainer's BudgetClock")
+    budget = clock if by_time else None  # None: the schedule counts optimizer steps
+    total = _TIME_RESOLUTION if by_time else total_steps
+    warmup = warmup_steps_for(cfg, total)
 
-        # Closures (not callable objects) keep the scheduler's state_dict free of custom objects, so it
-        # round-trips through torch.load(weights_only=True).
-        def by_time(step: int) -> float:
-            virtual = min(_TIME_RESOLUTION, round(budget.fraction * _TIME_RESOLUTION))
-            return lr_factor(virtual, schedule=schedule, warmup=warmup, total=_TIME_RESOLUTION, decay_ratio=decay)
-
-        return LambdaLR(optimizer, by_time)
-    warmup = warmup_steps_for(cfg, total_steps)
-
+    # A closure (not a callable object) keeps the scheduler's state_dict free of custom objects, so it
+    # round-trips through torch.load(weights_only=True).
     def factor(step: int) -> float:
-        return lr_factor(step, schedule=schedule, warmup=warmup, total=total_steps, decay_ratio=decay)
+        position = step if budget is None else min(total, round(budget.fraction * total))
+        return lr_factor(position, schedule=schedule, warmup=warmup, total=total, decay_ratio=decay)
 
     return LambdaLR(optimizer, factor)
 
