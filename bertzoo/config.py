@@ -354,8 +354,17 @@ class PretrainConfig:
     # Masked-LM output bias at step 0: "zero" (BERT) or "unigram" (log training-token frequencies, so the
     # model starts where the unigram phase of training would take it)
     mlm_bias_init: Literal["zero", "unigram"] = "zero"
+    # Word tables at step 0: "random" (BERT) or "ppmi-svd" (count-based vectors of the training shards,
+    # bertzoo.word_vectors: seconds of work that give the embeddings the topic structure masked-LM training
+    # takes far longer to find); word pairs are counted up to word_embedding_window tokens apart.
+    word_embedding_init: Literal["random", "ppmi-svd"] = "random"
+    word_embedding_window: int = 5
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+
+    def __post_init__(self) -> None:
+        if self.word_embedding_window < 1:
+            raise ConfigError(f"word_embedding_window must be at least 1 token, got {self.word_embedding_window}")
 
 
 @dataclass

@@ -63,6 +63,8 @@ LEVERS: dict[str, dict[str, Any]] = {
     # Masked LM + the two halves of each text finding each other in the batch (objectives/doc_contrast.py):
     # a document-level signal in the mean-pooled vector that fine-tuning reads.
     "contrast": {"objective": "mlm+contrast", "data.nsp": False},
+    # Word tables start from PPMI + SVD vectors of the same shards (bertzoo.word_vectors), then masked LM.
+    "ppmi": {"word_embedding_init": "ppmi-svd"},
 }
 # Named combinations.
 LEVERS["combined"] = {**LEVERS["vocab8k"], **LEVERS["no-dropout"], **LEVERS["mask30"]}

@@ -72,6 +72,8 @@ def build_pretraining(cfg: PretrainConfig):
         """Training-token frequencies, streamed over the shards once however many uses need them."""
         return unigram_counts(corpus, tokenizer.vocab_size, tokenizer.special_ids)
 
+    if cfg.word_embedding_init == "ppmi-svd":
+        init_word_vectors(objective, corpus, tokenizer.vocab_size, tokenizer.special_ids, cfg)
     if cfg.mlm_bias_init == "unigram":
         if not init_mlm_bias(objective, train_counts()):
             raise ConfigError(
@@ -108,6 +110,52 @@ def build_pretraining(cfg: PretrainConfig):
             token_weights=masking_weights(train_counts(), power) if power else None,
         )
     return objective, dataset, collator, tokenizer
+
+
+def init_word_vectors(objective: torch.nn.Module, corpus, vocab_size: int, special_ids: np.ndarray, cfg) -> None:
+    """Start every word table of `objective` from PPMI + SVD vectors of the training shards (bertzoo.word_vectors);
+    the same on every process (the SVD is seeded by train.seed)."""
+    import time
+
+    from bertzoo.train.distributed import is_main
+    from bertzoo.word_vectors import cooccurrence, load_word_vectors, ppmi, svd_vectors, word_tables
+
+    tables = word_tables(objective)
+    if not tables:
+        raise ConfigError(
+            f"word_embedding_init: ppmi-svd needs a word table, which the {cfg.variant} model has "
+            "none of; remove word_embedding_init"
+        )
+    start = time.perf_counter()
+    matrix = ppmi(cooccurrence(document_chunks(corpus), vocab_size, cfg.word_embedding_window, special_ids))
+    rows = torch.unique(matrix.indices()[0])
+    if len(rows) == 0:
+        raise ConfigError(
+            "word_embedding_init: ppmi-svd found no word pairs in data.shards (documents of one "
+            "token?); remove word_embedding_init or use a larger corpus"
+        )
+    vectors = svd_vectors(matrix, max(t.embedding_dim for t in tables), seed=cfg.train.seed)
+    for table in tables:
+        load_word_vectors(table, vectors, rows)
+    if is_main():
+        print(
+            f"word vectors: PPMI + SVD of {matrix.values().numel():,} word pairs (window "
+            f"{cfg.word_embedding_window}), {len(rows):,} of {vocab_size:,} rows set in "
+            f"{time.perf_counter() - start:.1f} s",
+            flush=True,
+        )
+
+
+def document_chunks(corpus, tokens_per_chunk: int = 1 << 22):
+    """(token ids, document id per token) of whole documents, about `tokens_per_chunk` tokens at a time."""
+    doc_ends = corpus.sentence_offsets[corpus.doc_offsets[1:]]  # global token offset where each document ends
+    first = 0
+    while first < corpus.num_docs:
+        begin = int(corpus.sentence_offsets[corpus.doc_offsets[first]])
+        last = max(first + 1, int(np.searchsorted(doc_ends, begin + tokens_per_chunk, side="right")))
+        lengths = np.diff(np.concatenate([[begin], doc_ends[first:last]]))
+        yield corpus.token_range(begin, int(doc_ends[last - 1])), np.repeat(np.arange(first, last), lengths)
+        first = last
 
 
 def masking_weights(counts: np.ndarray, power: float) -> np.ndarray:
