@@ -16,6 +16,7 @@ Layer 2: pure functions on arrays and modules, no file IO (train/pretrain.py str
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 
 import numpy as np
@@ -52,7 +53,9 @@ def cooccurrence(
             values.append(np.full(2 * len(left), 1.0 / d))
         key, value = _sum_by_key(np.concatenate(keys), np.concatenate(values))
     index = torch.from_numpy(np.stack([key // vocab_size, key % vocab_size]))
-    return torch.sparse_coo_tensor(index, torch.from_numpy(value), (vocab_size, vocab_size), is_coalesced=True)
+    return torch.sparse_coo_tensor(
+        index, torch.from_numpy(value), (vocab_size, vocab_size), is_coalesced=True, check_invariants=False
+    )
 
 
 def _sum_by_key(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -70,7 +73,9 @@ def ppmi(counts: torch.Tensor, alpha: float = CONTEXT_ALPHA) -> torch.Tensor:
     contexts = torch.zeros(counts.shape[1], dtype=torch.float64).index_add_(0, j, v).pow(alpha)
     pmi = torch.log(v * contexts.sum() / (words[i] * contexts[j]))
     keep = pmi > 0
-    return torch.sparse_coo_tensor(counts.indices()[:, keep], pmi[keep], counts.shape).coalesce()
+    return torch.sparse_coo_tensor(
+        counts.indices()[:, keep], pmi[keep], counts.shape, check_invariants=False
+    ).coalesce()
 
 
 def svd_vectors(matrix: torch.Tensor, dim: int, *, seed: int = 0, power: float = 0.5) -> torch.Tensor:
@@ -80,7 +85,9 @@ def svd_vectors(matrix: torch.Tensor, dim: int, *, seed: int = 0, power: float =
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         # float32 CSR: MKL's sparse x dense product; COO or float64 is 10-20x slower for the same vectors.
-        x = matrix.float().to_sparse_csr() if matrix.is_sparse else matrix.float()
+        with warnings.catch_warnings():  # "sparse CSR support is in beta": matmul is all this needs of it
+            warnings.simplefilter("ignore", UserWarning)
+            x = matrix.float().to_sparse_csr() if matrix.is_sparse else matrix.float()
         u, s, _ = torch.svd_lowrank(x, q=min(k + 16, *matrix.shape), niter=4)
     vectors = torch.zeros(matrix.shape[0], dim, dtype=torch.float64)
     vectors[:, :k] = (u[:, :k] * s[:k].pow(power)).double()

@@ -193,6 +193,8 @@ def test_recipes_elmo_refuses(synthetic_shards, tmp_path):
         (lambda c: setattr(c, "objective", "mlm"), "bilm"),
         (lambda c: c.objective_args.update(plm_probability=0.2), "objective_args"),
         (lambda c: setattr(c, "mlm_bias_init", "unigram"), "mlm_bias_init"),
+        # ELMo reads characters: there is no word table to start from PPMI + SVD vectors.
+        (lambda c: setattr(c, "word_embedding_init", "ppmi-svd"), "word_embedding_init: ppmi-svd needs a word table"),
     ):
         cfg = elmo_config(synthetic_shards, tmp_path / "y")
         change(cfg)
