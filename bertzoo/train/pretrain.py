@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -115,8 +116,6 @@ def build_pretraining(cfg: PretrainConfig):
 def init_word_vectors(objective: torch.nn.Module, corpus, vocab_size: int, special_ids: np.ndarray, cfg) -> None:
     """Start every word table of `objective` from PPMI + SVD vectors of the training shards (bertzoo.word_vectors);
     the same on every process (the SVD is seeded by train.seed)."""
-    import time
-
     from bertzoo.train.distributed import is_main
     from bertzoo.word_vectors import cooccurrence, load_word_vectors, ppmi, svd_vectors, word_tables
 
@@ -146,16 +145,30 @@ def init_word_vectors(objective: torch.nn.Module, corpus, vocab_size: int, speci
         )
 
 
-def document_chunks(corpus, tokens_per_chunk: int = 1 << 22):
-    """(token ids, document id per token) of whole documents, about `tokens_per_chunk` tokens at a time."""
-    doc_ends = corpus.sentence_offsets[corpus.doc_offsets[1:]]  # global token offset where each document ends
-    first = 0
+# Count-based vectors stop improving long before a pretraining corpus ends, and counting takes time and memory
+# in proportion to the tokens read: a larger corpus is sampled in whole chunks spread evenly over it.
+WORD_VECTOR_TOKENS = 1 << 26  # ~67M tokens: well under a minute of counting
+
+
+def document_chunks(corpus, tokens_per_chunk: int = 1 << 22, max_tokens: int = WORD_VECTOR_TOKENS):
+    """(token ids, document id per token) of whole documents, about `tokens_per_chunk` tokens at a time; when the
+    corpus has more than `max_tokens`, evenly spaced chunks of about that many in all."""
+    doc_starts = corpus.sentence_offsets[corpus.doc_offsets[:-1]]  # global token offset of each document
+    doc_ends = corpus.sentence_offsets[corpus.doc_offsets[1:]]
+    bounds, first = [], 0
     while first < corpus.num_docs:
-        begin = int(corpus.sentence_offsets[corpus.doc_offsets[first]])
-        last = max(first + 1, int(np.searchsorted(doc_ends, begin + tokens_per_chunk, side="right")))
-        lengths = np.diff(np.concatenate([[begin], doc_ends[first:last]]))
-        yield corpus.token_range(begin, int(doc_ends[last - 1])), np.repeat(np.arange(first, last), lengths)
+        last = max(first + 1, int(np.searchsorted(doc_ends, doc_starts[first] + tokens_per_chunk, side="right")))
+        bounds.append((first, last))
         first = last
+    if corpus.num_tokens > max_tokens:
+        keep = np.linspace(0, len(bounds) - 1, max(1, max_tokens // tokens_per_chunk)).round().astype(int)
+        bounds = [bounds[i] for i in np.unique(keep)]
+    for first, last in bounds:
+        begin, end = int(doc_starts[first]), int(doc_ends[last - 1])
+        yield (
+            corpus.token_range(begin, end),
+            np.repeat(np.arange(first, last), doc_ends[first:last] - doc_starts[first:last]),
+        )
 
 
 def masking_weights(counts: np.ndarray, power: float) -> np.ndarray:
