@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file, save_model
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 import bertzoo.hf_keys as hf_keys
@@ -245,7 +245,7 @@ def read_weights(directory: str | Path) -> dict[str, torch.Tensor]:
     raise CheckpointError(f"no weights in {directory}: expected {WEIGHTS} (or pytorch_model.bin)")
 
 
-def _aliases(module: nn.Module) -> dict[str, set[str]]:
+def tied_aliases(module: nn.Module) -> dict[str, set[str]]:
     """For each state-dict key, the other keys that share its storage (tied weights)."""
     by_ptr: dict[tuple[int, int], list[str]] = {}
     for name, t in module.state_dict(keep_vars=True).items():
@@ -258,7 +258,7 @@ def load_into(module: nn.Module, state: dict[str, torch.Tensor], *, source: str 
     every missing, unexpected or misshapen tensor. A key missing from `state` is fine only when it
     is tied to one that is present."""
     own = module.state_dict()
-    aliases = _aliases(module)
+    aliases = tied_aliases(module)
     missing = [k for k in own if k not in state and not (aliases.get(k, set()) & state.keys())]
     unexpected = [k for k in state if k not in own]
     mismatched = [
@@ -292,8 +292,22 @@ def save_module(
         if p.is_floating_point() and not torch.isfinite(p).all():
             raise CheckpointError(f"refusing to save: tensor {name} holds NaN or Inf values")
     payload = {"bertzoo_version": FORMAT_VERSION, **config.to_dict(), **(extra or {})}
-    replace_atomically(lambda p: save_model(module, p, metadata={"format": "pt"}), directory / WEIGHTS)
+    state = stored_state(module)
+    replace_atomically(lambda p: save_file(state, p, metadata={"format": "pt"}), directory / WEIGHTS)
     write_json(directory / CONFIG, payload)
+
+
+def stored_state(module: nn.Module) -> dict[str, torch.Tensor]:
+    """The state dict as written to disk: tied tensors (one storage, same offset and shape) once, under the
+    first of their names in sorted order (safetensors' `save_model` rule), every tensor copied to the CPU.
+
+    The copy is what lets a module whose parameters are views of one buffer be saved: on CUDA, cuDNN packs an
+    LSTM's weights into one flat buffer (ELMo), which `save_model` refuses as partly shared storage."""
+    state = module.state_dict()
+    groups: dict[tuple, list[str]] = {}
+    for name, t in state.items():
+        groups.setdefault((t.device, t.data_ptr(), t.numel(), tuple(t.shape)), []).append(name)
+    return {min(names): state[min(names)].detach().to("cpu", copy=True).contiguous() for names in groups.values()}
 
 
 def save_pretrained(self: nn.Module, directory: str | Path) -> None:

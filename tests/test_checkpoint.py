@@ -215,3 +215,23 @@ def test_write_atomic(tmp_path: Path) -> None:
     write_atomic(target, b'{"a": 2}')
     assert json.loads(target.read_text()) == {"a": 2}
     assert os.listdir(target.parent) == ["state.json"]
+
+
+def test_parameters_that_are_views_of_one_buffer_save_and_load(tmp_path):
+    """cuDNN packs an LSTM's weights into one flat buffer on CUDA (ELMo on a lent H100 failed to save with
+    safetensors' save_model): the same layout made on the CPU saves, and loads back into a fresh module."""
+    from bertzoo.train.weights import load_weights, save_model_files
+
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(4, 3)
+    flat = torch.cat([p.detach().flatten() for p in lstm.parameters()])
+    offset = 0
+    for p in lstm.parameters():
+        p.data = flat[offset : offset + p.numel()].view_as(p)
+        offset += p.numel()
+    assert len({p.untyped_storage().data_ptr() for p in lstm.parameters()}) == 1
+    save_model_files(lstm, tmp_path)
+    fresh = torch.nn.LSTM(4, 3)
+    load_weights(fresh, tmp_path / "model.safetensors")
+    for (name, a), b in zip(lstm.state_dict().items(), fresh.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)

@@ -559,6 +559,7 @@ def _torchrun(config: Path, nproc: int, *extra: str) -> subprocess.CompletedProc
     from test_distributed import free_port
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
+    extra = (*extra, "--train.device", "cpu")  # gloo on the CPU, also where one GPU is visible
     if nproc == 1:
         cmd = [sys.executable, "-m", "bertzoo", "distill", str(config), *extra]
     else:

@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="gloo multi-process test runs on Linux")
@@ -41,6 +42,7 @@ def run(shards, out, *, nproc: int, batch: int, extra=(), dropout: bool = False)
         "--train.save_every", "4",
         "--train.threads", "1",
         "--train.precision", "fp32",  # equivalence at fp32 tolerances; `auto` may pick bf16
+        "--train.device", "cpu",  # gloo on the CPU, also on a machine with one GPU (two ranks, one device)
         "--train.batch_size", str(batch),
         "--train.output_dir", str(out),
         *extra,
@@ -198,3 +200,18 @@ def test_ddp_time_clocked_schedule_stops_every_rank_together(synthetic_shards, t
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     lrs = [r["lr"] for r in rows if "lr" in r]
     assert len(lrs) >= 3 and max(lrs) > lrs[-1]
+
+
+def test_a_rank_without_a_gpu_of_its_own_is_a_config_error(monkeypatch):
+    """Two ranks on a one-GPU node: one line naming the fix, before any CUDA call (seen on a lent H100, where
+    rank 1 died in cuda.set_device with 'invalid device ordinal')."""
+    from bertzoo.errors import ConfigError
+    from bertzoo.train.distributed import init_distributed
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: pytest.fail("set_device reached"))
+    with pytest.raises(ConfigError, match="--nproc_per_node 1 or fewer, or set train.device cpu"):
+        init_distributed(torch.device("cuda"))

@@ -192,6 +192,7 @@ LAYERS = (
         "bertzoo.metrics_squad",
         "bertzoo.metrics_generation",
         "bertzoo.kg_embedding",
+        "bertzoo.word_vectors",
         "bertzoo.metrics_kg",
     ),
     ("bertzoo.objectives",),

@@ -102,7 +102,9 @@ def test_probe_takes_turns_on_one_thread_and_keeps_the_best_of_each(monkeypatch)
 
 def test_a_run_records_what_auto_became(cpu, synthetic_shards, tmp_path):
     cpu({"avx2"})
-    summary = pretrain(tiny_config(synthetic_shards, tmp_path / "run", max_steps=2, precision="auto"))
+    cfg = tiny_config(synthetic_shards, tmp_path / "run", max_steps=2, precision="auto")
+    cfg.train.device = "cpu"  # what auto picks on an AVX2 CPU, also on a machine with a GPU
+    summary = pretrain(cfg)
     assert summary["precision"] == "fp32"
     resolved = json.loads((tmp_path / "run" / "run_config.json").read_text())["resolved"]
     assert resolved["precision"] == "fp32" and resolved["device"] == "cpu"

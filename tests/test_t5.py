@@ -160,8 +160,9 @@ def test_attend_scale_is_the_multiplier_of_the_scores() -> None:
     expected = (q @ k.transpose(-1, -2) + bias).masked_fill(~mask, float("-inf")).softmax(-1) @ v
     fused, _ = attend(q, k, v, mask, bias, scale=1.0)
     explicit, probs = attend(q, k, v, mask, bias, need_weights=True, scale=1.0)
-    torch.testing.assert_close(fused, expected, atol=1e-6, rtol=0)
-    torch.testing.assert_close(explicit, expected, atol=1e-6, rtol=0)
+    # fp32 rounding of a fused kernel against the plain formula: ~1e-6 (1.01e-6 seen on another CPU's SDPA kernel)
+    torch.testing.assert_close(fused, expected, atol=1e-5, rtol=0)
+    torch.testing.assert_close(explicit, expected, atol=1e-5, rtol=0)
     default, _ = attend(q, k, v, mask, bias)
     torch.testing.assert_close(default, attend(q / math.sqrt(8), k, v, mask, bias, scale=1.0)[0], atol=1e-6, rtol=0)
     assert not torch.allclose(default, fused, atol=1e-3)

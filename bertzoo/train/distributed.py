@@ -57,6 +57,12 @@ def init_distributed(device: torch.device) -> DistInfo:
     info = dist_info()
     if info.world_size > 1 and not is_initialized():
         if device.type == "cuda":
+            gpus = torch.cuda.device_count()
+            if info.local_rank >= gpus:
+                raise ConfigError(
+                    f"process {info.local_rank} of this node has no GPU of its own ({gpus} visible): start torchrun "
+                    f"with --nproc_per_node {gpus} or fewer, or set train.device cpu"
+                )
             torch.cuda.set_device(info.local_rank)
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     return info

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from bertzoo.errors import CheckpointError
-from bertzoo.io import WEIGHTS
+from bertzoo.io import WEIGHTS, stored_state, tied_aliases
 
 
 class NonFiniteModelError(CheckpointError):
@@ -54,12 +54,12 @@ def save_model_files(objective: nn.Module, directory: Path) -> None:
         (main, _), *rest = parts(directory / WEIGHTS)
         save_model_files(main, directory)
         for module, file in rest:
-            save_model(module, str(file))
+            save_file(stored_state(module), str(file))
         return
     if hasattr(objective, "save_pretrained"):
         objective.save_pretrained(directory)
     else:
-        save_model(objective, str(directory / WEIGHTS))
+        save_file(stored_state(objective), str(directory / WEIGHTS))
     if not (directory / WEIGHTS).is_file():
         raise CheckpointError(
             f"{type(objective).__name__}.save_pretrained did not write {WEIGHTS}; fix save_pretrained"
@@ -91,7 +91,10 @@ def load_weights(objective: nn.Module, path: str | Path) -> None:
             f"{path} does not fit the model, shape mismatch: {'; '.join(mismatched)}; "
             "build the model with the checkpoint's config.json"
         )
-    missing, unexpected = load_model(objective, str(path), strict=False)
+    state = load_file(str(path))
+    aliases = tied_aliases(objective)  # a tied tensor is stored once, under one of its names
+    missing = [k for k in expected if k not in state and not (aliases.get(k, set()) & state.keys())]
+    unexpected = [k for k in state if k not in expected]
     if missing or unexpected:
         parts = []
         if missing:
@@ -101,3 +104,4 @@ def load_weights(objective: nn.Module, path: str | Path) -> None:
         raise CheckpointError(
             f"{path} does not fit the model ({'; '.join(parts)}); build the model with the checkpoint's config.json"
         )
+    objective.load_state_dict(state, strict=False)
