@@ -108,15 +108,18 @@ def word_tables(module: nn.Module) -> list[nn.Embedding]:
 
 
 def load_word_vectors(table: nn.Embedding, vectors: torch.Tensor, rows: torch.Tensor) -> None:
-    """Copy `vectors` (vocab, >= width) into `table`'s `rows`, centred and scaled to the root mean square the
-    table has now (its initialisation), so the layers above see inputs of the scale they were initialised
-    for. The other rows (special tokens, unseen tokens) are left as they are."""
+    """Copy `vectors` (vocab, >= width) into `table`'s `rows`: centred, every row scaled to the same norm, the one
+    that gives them the root mean square the table has now (its initialisation). The layers above then see
+    inputs of the scale they were initialised for, and every word as strong as every other: SVD rows of frequent
+    words are several times shorter than rare ones' (Chinese characters: the 50 commonest, a third of the text,
+    at 0.4x the mean), and with them as they are a 10-minute BERT-mini stayed on the unigram plateau
+    (docs/pretraining.md). The other rows (special tokens, unseen tokens) are left as they are."""
     width = table.embedding_dim
     if vectors.shape[1] < width:
         raise ValueError(f"{vectors.shape[1]}-dimensional vectors cannot fill a {width}-wide table")
     with torch.no_grad():
         chosen = vectors[rows, :width]
         chosen = chosen - chosen.mean(0)
+        chosen = chosen / chosen.norm(dim=1, keepdim=True).clamp_min(1e-12)  # unit rows: directions only
         target = table.weight[rows].double().pow(2).mean().sqrt()
-        chosen = chosen * (target / chosen.pow(2).mean().sqrt().clamp_min(1e-12))
-        table.weight[rows] = chosen.to(table.weight.dtype)
+        table.weight[rows] = (chosen * target * width**0.5).to(table.weight.dtype)

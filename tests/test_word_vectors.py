@@ -87,12 +87,13 @@ def test_loaded_vectors_take_the_tables_scale_and_leave_other_rows() -> None:
     after = table.weight.detach()
     untouched = torch.tensor([0, 1, 4, 6, 8, 9])
     torch.testing.assert_close(after[untouched], before[untouched], rtol=0, atol=0)
-    # Centred, then scaled to the rms those rows had at initialisation; only the first 4 columns are used.
+    # Centred, each row to one norm, that of the rms those rows had at initialisation; only 4 columns used.
     rms = before[rows].pow(2).mean().sqrt()
     torch.testing.assert_close(after[rows].pow(2).mean().sqrt(), rms)
-    torch.testing.assert_close(after[rows].mean(0), torch.zeros(4), atol=1e-7, rtol=0)
+    torch.testing.assert_close(after[rows].norm(dim=1), torch.full((4,), float(rms) * 2.0))  # sqrt(width) = 2
     centred = vectors[rows, :4] - vectors[rows, :4].mean(0)
-    torch.testing.assert_close(after[rows].double(), centred * (rms.double() / centred.pow(2).mean().sqrt()))
+    unit = centred / centred.norm(dim=1, keepdim=True)
+    torch.testing.assert_close(after[rows].double(), unit * float(rms) * 2.0)
     with pytest.raises(ValueError, match="cannot fill"):
         load_word_vectors(torch.nn.Embedding(10, 8), vectors, rows)
 
