@@ -61,7 +61,8 @@ def cooccurrence(
 def _sum_by_key(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sorted distinct keys and the sum of `values` per key."""
     unique, inverse = np.unique(keys, return_inverse=True)
-    return unique, np.bincount(inverse, weights=values, minlength=len(unique))
+    # astype: bincount of nothing is an int64 array, whatever the weights
+    return unique, np.bincount(inverse, weights=values, minlength=len(unique)).astype(np.float64)
 
 
 def ppmi(counts: torch.Tensor, alpha: float = CONTEXT_ALPHA) -> torch.Tensor:

@@ -207,3 +207,15 @@ def test_every_family_with_a_word_table_starts_from_the_vectors(family, syntheti
         torch.testing.assert_close(after[tokenizer.special_ids], before[tokenizer.special_ids], rtol=0, atol=0)
         changed = (after[words] != before[words]).any(1).float().mean()
         assert changed > 0.9, f"{family}: only {changed:.0%} of the word rows were set"
+
+
+def test_a_corpus_without_word_pairs_is_a_config_error(tmp_path) -> None:
+    from bertzoo.data.shards import prepare_shards
+    from bertzoo.data.tokenizer import SPECIAL_TOKENS
+
+    (tmp_path / "vocab.txt").write_text("".join(t + "\n" for t in [*SPECIAL_TOKENS, "alpha", "beta"]), encoding="utf-8")
+    tokenizer = Tokenizer.from_vocab(tmp_path / "vocab.txt")
+    prepare_shards(["alpha", "beta", "alpha"] * 20, tokenizer, tmp_path / "shards", progress=False)  # one word each
+    cfg = _topic_config(tmp_path / "shards", tmp_path / "run", word_embedding_init="ppmi-svd")
+    with pytest.raises(ConfigError, match="found no word pairs in data.shards"):
+        build_pretraining(cfg)
