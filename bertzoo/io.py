@@ -253,14 +253,21 @@ def tied_aliases(module: nn.Module) -> dict[str, set[str]]:
     return {n: set(group) - {n} for group in by_ptr.values() for n in group}
 
 
+def missing_and_unexpected(module: nn.Module, keys: set[str]) -> tuple[list[str], list[str]]:
+    """The module's state keys absent from `keys` (a key tied to a present one is not missing: tied tensors are
+    stored once), and the `keys` the module does not have."""
+    own = module.state_dict()
+    aliases = tied_aliases(module)
+    missing = [k for k in own if k not in keys and not (aliases.get(k, set()) & keys)]
+    return missing, [k for k in keys if k not in own]
+
+
 def load_into(module: nn.Module, state: dict[str, torch.Tensor], *, source: str = "checkpoint") -> None:
     """Copy `state` into `module`, requiring every key to match by name and shape; the error names
     every missing, unexpected or misshapen tensor. A key missing from `state` is fine only when it
     is tied to one that is present."""
     own = module.state_dict()
-    aliases = tied_aliases(module)
-    missing = [k for k in own if k not in state and not (aliases.get(k, set()) & state.keys())]
-    unexpected = [k for k in state if k not in own]
+    missing, unexpected = missing_and_unexpected(module, set(state))
     mismatched = [
         f"{k} {tuple(state[k].shape)} vs model {tuple(own[k].shape)}"
         for k in state

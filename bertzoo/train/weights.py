@@ -12,7 +12,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from bertzoo.errors import CheckpointError
-from bertzoo.io import WEIGHTS, stored_state, tied_aliases
+from bertzoo.io import WEIGHTS, missing_and_unexpected, stored_state
 
 
 class NonFiniteModelError(CheckpointError):
@@ -92,9 +92,7 @@ def load_weights(objective: nn.Module, path: str | Path) -> None:
             "build the model with the checkpoint's config.json"
         )
     state = load_file(str(path))
-    aliases = tied_aliases(objective)  # a tied tensor is stored once, under one of its names
-    missing = [k for k in expected if k not in state and not (aliases.get(k, set()) & state.keys())]
-    unexpected = [k for k in state if k not in expected]
+    missing, unexpected = missing_and_unexpected(objective, set(state))
     if missing or unexpected:
         parts = []
         if missing:
