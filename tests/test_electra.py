@@ -240,6 +240,25 @@ def test_objective_args_are_validated():
     assert isinstance(mlm, MaskedLM) and mlm.nsp_head is None
 
 
+def test_rtd_prior_starts_the_logit_at_the_replaced_share():
+    cfg = model_config(TINY_E)
+    torch.manual_seed(0)
+    model = build(cfg, rtd_prior=0.15)
+    # log(0.15 / 0.85), written out: a discriminator at init says "replaced" with probability 0.15.
+    assert model.discriminator.rtd_head.prediction.bias.item() == pytest.approx(-1.734601055)
+    torch.manual_seed(0)
+    plain = build(cfg)
+    assert plain.discriminator.rtd_head.prediction.bias.item() == 0.0  # Google's init unless asked
+    for key, value in plain.state_dict().items():  # only that bias differs
+        if key != "discriminator.rtd_head.prediction.bias":
+            torch.testing.assert_close(model.state_dict()[key], value, msg=key)
+    for bad in (0.0, 1.0, True, "0.15"):
+        with pytest.raises(ConfigError, match="rtd_prior"):
+            build(cfg, rtd_prior=bad)
+    with pytest.raises(ConfigError, match="rtd_prior"):
+        build(cfg, objective="mlm", rtd_prior=0.15)
+
+
 # --- two-stage training ------------------------------------------------------------------------
 
 

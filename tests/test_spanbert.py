@@ -197,6 +197,21 @@ def test_sbo_loss_is_the_paper_formula():
     assert head.decoder.weight is model.encoder.embeddings.word.weight
 
 
+def test_sbo_weight_scales_only_the_boundary_term():
+    b = span_batch()
+    torch.manual_seed(0)
+    plain = spanbert.build(ModelConfig(**TINY, variant="spanbert")).eval()
+    torch.manual_seed(0)
+    weighted = spanbert.build(ModelConfig(**TINY, variant="spanbert"), sbo_weight=0.25).eval()
+    a, w = plain(b), weighted(b)
+    torch.testing.assert_close(w.metrics["sbo_loss"], a.metrics["sbo_loss"])  # same weights, same terms
+    torch.testing.assert_close(w.loss, a.metrics["mlm_loss"] + 0.25 * a.metrics["sbo_loss"])
+    assert w.terms["sbo"][1] == 0.25 and a.terms["sbo"][1] == 1.0
+    for bad in (-1.0, float("nan"), "0.1", True):
+        with pytest.raises(Exception, match="sbo_weight"):
+            spanbert.build(ModelConfig(**TINY, variant="spanbert"), sbo_weight=bad)
+
+
 def test_spans_from_label_runs_when_the_batch_has_none():
     b = span_batch()
     start, end = label_runs(b.labels != IGNORE_INDEX)
@@ -277,3 +292,60 @@ def test_pretraining_end_to_end(synthetic_shards, tmp_path):
     summary = Trainer(objective, dataset, collator, cfg.train, progress=False).train()
     assert summary["steps"] == 4
     assert np.isfinite(summary["final_metrics"]["sbo_loss"]) and np.isfinite(summary["final_metrics"]["mlm_loss"])
+
+
+def test_sbo_start_leaves_the_encoder_to_masked_lm_until_then():
+    b = span_batch()
+    torch.manual_seed(0)
+    late = spanbert.build(ModelConfig(**TINY, variant="spanbert"), sbo_start=0.5).eval()  # eval: no dropout draws
+    mlm_only = spanbert.build(ModelConfig(**TINY, variant="spanbert"), objective="mlm").eval()
+    mlm_only.load_state_dict({k: v for k, v in late.state_dict().items() if not k.startswith("sbo_head.")})
+    late.set_progress(0.25)
+    before = late(b)
+    before.loss.backward()
+    reference = mlm_only(b)
+    reference.loss.backward()
+    torch.testing.assert_close(before.loss, reference.loss)
+    assert before.terms["sbo"][1] == 0.0 and torch.isfinite(before.metrics["sbo_loss"])
+    # The encoder's gradient is masked LM's alone; the SBO head has a gradient (of zeros), as DDP needs.
+    for (name, p), q in zip(late.encoder.named_parameters(), mlm_only.encoder.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, msg=name)
+    assert late.sbo_head.dense1.weight.grad is not None and not late.sbo_head.dense1.weight.grad.any()
+    late.set_progress(0.5)
+    after = late(b)
+    torch.testing.assert_close(after.loss, after.metrics["mlm_loss"] + after.metrics["sbo_loss"])
+    for bad in (1.0, -0.1, "half"):
+        with pytest.raises(Exception, match="sbo_start"):
+            spanbert.build(ModelConfig(**TINY, variant="spanbert"), sbo_start=bad)
+
+
+def test_trainer_starts_sbo_at_its_fraction_of_training(synthetic_shards, tmp_path):
+    import json
+
+    from bertzoo.train.loop import Trainer
+    from bertzoo.train.pretrain import build_pretraining
+
+    torch.set_num_threads(1)
+    cfg = load_pretrain_config(
+        "configs/pretrain/spanbert-mini.yaml",
+        {
+            "model": {"preset": "spanbert-tiny", "hidden_size": 32, "num_heads": 2, "intermediate_size": 64},
+            "objective_args": {"sbo_start": 0.5},
+            "data.shards": str(synthetic_shards),
+            "data.max_seq_len": 64,
+            "train.output_dir": str(tmp_path / "run"),
+            "train.batch_size": 8,
+            "train.max_steps": 4,
+            "train.log_every": 1,
+            "train.save_every": 0,
+            "train.precision": "fp32",
+        },
+    )
+    objective, dataset, collator, _ = build_pretraining(cfg)
+    Trainer(objective, dataset, collator, cfg.train, progress=False).train()
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if "sbo_loss" in r]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    for r in rows:  # steps 1-2 are at progress 0 and 0.25, before SBO's start; 3-4 at 0.5 and 0.75
+        expected = r["mlm_loss"] + (r["sbo_loss"] if r["step"] > 2 else 0.0)
+        assert r["loss"] == pytest.approx(expected, rel=1e-5), r

@@ -22,6 +22,7 @@ initialisation from the trained generator is `init_discriminator_from_generator`
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,6 +116,18 @@ def rtd_loss_and_metrics(
 
 class Discriminator(nn.Module):
     """Encoder + replaced-token-detection head (Hugging Face's ElectraForPreTraining)."""
+
+    def start_at_prior(self, share: float) -> None:
+        """Start the RTD logit at the log-odds of `share` (the expected replaced share) instead of 0.
+
+        From 0 (p = 0.5) the first steps' gradient says "fewer replaced" at every position; until the
+        discriminator has features that tell replacements apart, that push lands on the encoder and drives
+        its outputs toward one vector, which fine-tuning then has to undo (docs/variants.md). A bias at the
+        prior leaves only the informative part of the gradient."""
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share < 1:
+            raise ConfigError(f"objective_args.rtd_prior must be a replaced share in (0, 1), got {share!r}")
+        with torch.no_grad():
+            self.rtd_head.prediction.bias.fill_(math.log(share / (1 - share)))
 
     def __init__(self, encoder: Encoder) -> None:
         super().__init__()

@@ -1,6 +1,9 @@
 """SpanBERT's objective: masked LM on span-masked input plus the span boundary objective (SBO).
 
-loss = MLM cross-entropy + SBO cross-entropy, both averaged over the masked tokens. The MLM part is
+loss = MLM cross-entropy + sbo_weight x SBO cross-entropy, both averaged over the masked tokens (sbo_weight 1
+in the paper). With `sbo_start` > 0 the SBO term joins only at that fraction of training (before it, weight 0):
+at a CPU budget SBO's gradient into the encoder holds masked LM on the unigram plateau (docs/variants.md), and
+it does no harm once masked LM has left it. The MLM part is
 `MaskedLM`'s own (`MaskedLM.mlm_loss`); the SBO part runs the same loss with `SpanBoundaryHead`.
 Single-sequence training: no NSP head.
 """
@@ -43,8 +46,19 @@ class SpanBoundaryLM(MaskedLM):
     without them (e.g. token masking) uses runs of consecutive masked tokens as spans.
     """
 
-    def __init__(self, encoder: Encoder, *, sbo: bool = True, sbo_max_positions: int = 32) -> None:
+    def __init__(
+        self,
+        encoder: Encoder,
+        *,
+        sbo: bool = True,
+        sbo_max_positions: int = 32,
+        sbo_weight: float = 1.0,
+        sbo_start: float = 0.0,
+    ) -> None:
         super().__init__(encoder, sentence_task=None)
+        self.sbo_weight = sbo_weight
+        self.sbo_start = sbo_start
+        self.sbo_active = sbo_start <= 0.0  # set by the trainer through set_progress
         c = encoder.config
         self.sbo_head = (
             SpanBoundaryHead(
@@ -68,6 +82,10 @@ class SpanBoundaryLM(MaskedLM):
                 init_weights(h.decoder, c.initializer_range)
             torch.nn.init.zeros_(h.decoder.bias)
 
+    def set_progress(self, fraction: float) -> None:
+        """The trainer's hook: SBO counts from `sbo_start` (a fraction of training) on."""
+        self.sbo_active = fraction >= self.sbo_start
+
     @property
     def objective_name(self) -> str:
         return "mlm+sbo" if self.sbo_head is not None else "mlm"
@@ -88,8 +106,10 @@ class SpanBoundaryLM(MaskedLM):
                 start, end = label_runs(batch.labels != IGNORE_INDEX)
             head = partial(self.sbo_head, span_start=start, span_end=end)
             sbo_loss, sbo_metrics, sbo_counts = self.mlm_loss(hidden, batch.labels, head=head, name="sbo")
-            loss = loss + sbo_loss
-            terms["sbo"] = (sbo_loss, 1.0)
+            # Before sbo_start the term is still computed, times 0: every parameter keeps a gradient (DDP).
+            weight = self.sbo_weight if self.sbo_active else 0.0
+            loss = loss + weight * sbo_loss
+            terms["sbo"] = (sbo_loss, weight)
             metrics.update(sbo_metrics)
             counts.update(sbo_counts)
         metrics["loss"] = loss.detach()

@@ -258,6 +258,12 @@ class Trainer:
     # ---------------------------------------------------------------------------------------- step
 
     def _train_step(self, stepper: OptimizerStep, batches: Iterator[Batch], interval: RunningAverage) -> None:
+        # An objective with a schedule of its own (SpanBERT's sbo_start) is told how far training is, on the
+        # learning rate's clock; from the step, so a resumed run repeats it exactly.
+        set_progress = getattr(self.objective, "set_progress", None)
+        if set_progress is not None:
+            by_time = self.cfg.schedule_clock == "time"
+            set_progress(self.budget.fraction if by_time else self.step / self.cfg.max_steps)
         result = stepper.step(batches)
         if result.skipped is None:
             interval.merge(result.metrics)

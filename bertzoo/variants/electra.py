@@ -10,6 +10,8 @@ for "electra":
     generator             ModelConfig overrides for the generator, e.g. {num_layers: 6}
     rtd_weight            lambda in loss = mlm + lambda * rtd (default 50)
     sample_temperature    the generator's samples are drawn from softmax(logits / T) (default 1, the paper's)
+    rtd_prior             start the RTD logit at the log-odds of this replaced share (e.g. 0.15) instead of 0
+                          (null, Google's); an initialisation only, not saved
     stage                 joint (default) | generator | discriminator
     generator_checkpoint  stage discriminator: the stage-generator run's checkpoint to sample from
 
@@ -63,7 +65,15 @@ GENERATOR_SIZE = {"electra-mini": 0.25, "electra-small": 0.25, "electra-base": 1
 
 OBJECTIVES = ("electra", "mlm")
 DEFAULT_OBJECTIVE = "electra"
-OBJECTIVE_ARGS = ("generator_size", "generator", "rtd_weight", "stage", "generator_checkpoint", "sample_temperature")
+OBJECTIVE_ARGS = (
+    "generator_size",
+    "generator",
+    "rtd_weight",
+    "stage",
+    "generator_checkpoint",
+    "sample_temperature",
+    "rtd_prior",
+)
 SAMPLE_STREAM = "electra-sample"
 
 
@@ -117,6 +127,15 @@ def build(config: ModelConfig, objective: str = "electra", **args: Any) -> nn.Mo
         if args:
             raise ConfigError(f"objective_args ({', '.join(args)}) apply to objective electra, not mlm; remove them")
         return make_generator(Encoder(config))
+    prior = args.get("rtd_prior")
+    model = _electra(config, args)
+    if prior is not None:
+        model.discriminator.start_at_prior(prior)
+    return model
+
+
+def _electra(config: ModelConfig, args: dict[str, Any]) -> Electra:
+    """Generator + discriminator for `args`' stage (the second stage loads the first stage's generator)."""
     stage = args.get("stage", "joint")
     rtd_weight = args.get("rtd_weight", 50.0)
     if isinstance(rtd_weight, bool) or not isinstance(rtd_weight, (int, float)):

@@ -44,16 +44,34 @@ def model_config(spec: dict[str, Any]) -> ModelConfig:
     return preset_config(spec, PRESETS, variant="spanbert", family="SpanBERT")
 
 
-def build(config: ModelConfig, objective: str = DEFAULT_OBJECTIVE, sbo_max_positions: int = 32) -> SpanBoundaryLM:
+def build(
+    config: ModelConfig,
+    objective: str = DEFAULT_OBJECTIVE,
+    sbo_max_positions: int = 32,
+    sbo_weight: float = 1.0,
+    sbo_start: float = 0.0,
+) -> SpanBoundaryLM:
     """The pretraining module: encoder + MLM head (+ span boundary head). `sbo_max_positions` is the
-    size of the SBO's relative-position table (spans are at most 10 words; longer offsets clamp)."""
+    size of the SBO's relative-position table (spans are at most 10 words; longer offsets clamp);
+    `sbo_weight` multiplies the SBO term of the loss, which counts from `sbo_start` (a fraction of
+    training) on."""
     if objective not in OBJECTIVES:
         raise ConfigError(
             f"objective={objective!r} is not available for SpanBERT; choose one of: {', '.join(OBJECTIVES)}"
         )
     if sbo_max_positions < 1:
         raise ConfigError(f"objective_args.sbo_max_positions must be >= 1, got {sbo_max_positions}")
-    return SpanBoundaryLM(Encoder(config), sbo=objective == "mlm+sbo", sbo_max_positions=sbo_max_positions)
+    if isinstance(sbo_weight, bool) or not isinstance(sbo_weight, (int, float)) or not 0 <= sbo_weight < float("inf"):
+        raise ConfigError(f"objective_args.sbo_weight must be a number >= 0, got {sbo_weight!r}")
+    if isinstance(sbo_start, bool) or not isinstance(sbo_start, (int, float)) or not 0 <= sbo_start < 1:
+        raise ConfigError(f"objective_args.sbo_start must be a fraction of training in [0, 1), got {sbo_start!r}")
+    return SpanBoundaryLM(
+        Encoder(config),
+        sbo=objective == "mlm+sbo",
+        sbo_max_positions=sbo_max_positions,
+        sbo_weight=float(sbo_weight),
+        sbo_start=float(sbo_start),
+    )
 
 
 def masking_strategy(cfg: PretrainConfig) -> str:
