@@ -531,7 +531,7 @@ def test_pretraining_from_the_config_resumes_exactly(synthetic_shards, tmp_path)
     assert load_encoder(tmp_path / "a" / "final").config.hidden_size == 32
 
 
-def test_two_stage_pretraining_runs_from_the_config(synthetic_shards, tmp_path):
+def test_two_stage_pretraining_runs_from_the_config(synthetic_shards, tmp_path, capsys):
     from bertzoo.train.pretrain import pretrain
 
     args = {"objective_args.generator_size": 1.0, "train.max_steps": 3, "train.save_every": 3}
@@ -542,6 +542,8 @@ def test_two_stage_pretraining_runs_from_the_config(synthetic_shards, tmp_path):
     }
     summary = pretrain(tiny_run_config(synthetic_shards, tmp_path / "disc", **args, **second))
     assert summary["steps"] == 3
+    # The config's word_embedding_init (ppmi-svd) started the generator run; here the tables come from it.
+    assert "word_embedding_init skipped" in capsys.readouterr().out
     gen = load_pretraining(tmp_path / "gen" / "final")
     disc = load_pretraining(tmp_path / "disc" / "final")
     assert gen.stage == "generator" and disc.stage == "discriminator"

@@ -221,6 +221,12 @@ class Electra(nn.Module):
             self.generator.requires_grad_(False)
 
     @property
+    def word_tables_loaded(self) -> bool:
+        """True in the second stage: both models' word tables come from the stage-generator checkpoint (so a
+        count-based start, `word_embedding_init`, does not replace them)."""
+        return self.stage == "discriminator"
+
+    @property
     def config(self) -> ModelConfig:
         """The discriminator's config (the model that is kept)."""
         return self.discriminator.config

@@ -119,6 +119,10 @@ def init_word_vectors(objective: torch.nn.Module, corpus, vocab_size: int, speci
     from bertzoo.train.distributed import is_main
     from bertzoo.word_vectors import cooccurrence, load_word_vectors, ppmi, svd_vectors, word_tables
 
+    if getattr(objective, "word_tables_loaded", False):  # ELECTRA's second stage: the generator run's tables
+        if is_main():
+            print("word vectors: the word tables come from the generator checkpoint; word_embedding_init skipped")
+        return
     tables = word_tables(objective)
     if not tables:
         raise ConfigError(
