@@ -18,7 +18,9 @@ Steps (each command is printed, as a user would type it):
 `--stage pretrain` stops after the pretraining runs (fine-tune later with the same --out). `--dataset
 builtin:wiki-topic-names` fine-tunes on wiki-topics as text (the topic's name generated) instead, scored
 by exact match. `--t5-objectives span_corruption prefix_lm ...` pretrains one T5 per objective at the same
-budget and compares them (the random-init arm is shared: it does not depend on the objective).
+budget and compares them (the random-init arm is shared: it does not depend on the objective). `--set
+KEY=VALUE ...` overrides pretraining config keys (e.g. `word_embedding_init=ppmi-svd`); the overrides name
+the pretraining and fine-tuning directories (the random-init arm's too when a `model.` key is set).
 
 Prints a table (mean and spread over seeds) and, last, one JSON line.
 
@@ -45,10 +47,17 @@ PRESET = {f: (f, f"{f}-mini") for f in FAMILIES}
 METRICS = ("rougeL", "bleu", "exact_match")
 
 
+def set_tag(items: list[str], *, model_only: bool = False) -> str:
+    """The --set overrides as a directory-name suffix ("" without them); `model_only`: only `model.` keys."""
+    chosen = [i for i in items if i.startswith("model.")] if model_only else items
+    return "".join(f"+{i}" for i in sorted(chosen))
+
+
 def pretrain(family: str, out: Path, shards: Path, dev: Path, args, objective: str = "") -> Path:
     """The family's pretraining run for the budget (resumed if it was interrupted); its final model.
-    `objective` (T5's) replaces the config's and names the run directory."""
-    run_dir = out / (f"pretrain-{family}-{objective}" if objective else f"pretrain-{family}")
+    `objective` (T5's) replaces the config's and names the run directory, as do the --set overrides."""
+    name = f"pretrain-{family}-{objective}" if objective else f"pretrain-{family}"
+    run_dir = out / (name + set_tag(args.set))
     if (run_dir / "final" / "config.json").is_file():
         return run_dir / "final"
     resume = ["--resume", "auto"] if (run_dir / "checkpoints").is_dir() else []
@@ -57,6 +66,7 @@ def pretrain(family: str, out: Path, shards: Path, dev: Path, args, objective: s
             "pretrain",
             PRETRAIN[family],
             *(["--objective", objective] if objective else []),
+            *(f"--{item}" for item in args.set),
             "--data.shards",
             str(shards),
             "--data.eval_shards",
@@ -134,7 +144,10 @@ def main() -> None:
     ap.add_argument("--stage", choices=["all", "pretrain"], default="all", help="pretrain: stop after pretraining")
     ap.add_argument("--dataset", default=TITLES, help="the seq2seq dataset to fine-tune on")
     ap.add_argument("--t5-objectives", nargs="+", default=[], help="T5 only: one pretraining run per objective")
+    ap.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="pretraining config overrides")
     args = ap.parse_args()
+    if bad := [item for item in args.set if "=" not in item]:
+        raise SystemExit(f"--set {bad[0]!r}: write KEY=VALUE")
     out = Path(args.out)
     started = time.monotonic()
     shards, dev = prepare_wiki(out, VOCAB)
@@ -150,9 +163,9 @@ def main() -> None:
         runs: dict[str, list[dict]] = {f"pretrained {o}".strip(): [] for o in objectives} | {"random": []}
         for seed in args.seeds:
             for o, final in finals.items():
-                name = f"ft-{tag}{family}-pretrained-{o + '-' if o else ''}{seed}"
+                name = f"ft-{tag}{family}{set_tag(args.set)}-pretrained-{o + '-' if o else ''}{seed}"
                 runs[f"pretrained {o}".strip()].append(finetune(family, final, final, out / name, seed, args))
-            random_dir = out / f"ft-{tag}{family}-random-{seed}"
+            random_dir = out / f"ft-{tag}{family}{set_tag(args.set, model_only=True)}-random-{seed}"
             runs["random"].append(finetune(family, None, next(iter(finals.values())), random_dir, seed, args))
         results[family] = runs
 
