@@ -333,8 +333,8 @@ def test_pretraining_runs_from_the_mini_config(synthetic_shards, tmp_path, fmt):
     if fmt == "doc_sentences":
         extra.update({"data.tokens_per_batch": 384, "train.batch_size": 1})
     cfg = _config(synthetic_shards, tmp_path, **extra)
-    assert cfg.variant == "roberta" and cfg.train.adam_beta2 == 0.98 and cfg.train.grad_accum > 1
-    cfg.train.grad_accum = 2
+    assert cfg.variant == "roberta" and cfg.train.adam_beta2 == 0.98
+    cfg.train.grad_accum = 2  # the paper's large batches by accumulation (the mini config's CPU recipe takes 1)
     objective, dataset, collator, tokenizer = build_pretraining(cfg)
     config = objective.config
     assert config.pad_token_id == tokenizer.pad_id and config.position_offset == tokenizer.pad_id + 1
