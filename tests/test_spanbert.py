@@ -264,25 +264,28 @@ def test_every_preset_trains_a_step_and_round_trips(tmp_path):
     torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
 
 
+def tiny_run_config(shards, tmp_path, **overrides):
+    """spanbert-mini.yaml at tiny width: 4 steps of 8 x 64 on `shards`, logged every step, one thread."""
+    torch.set_num_threads(1)
+    values = {
+        "model": {"preset": "spanbert-tiny", "hidden_size": 32, "num_heads": 2, "intermediate_size": 64},
+        "data.shards": str(shards),
+        "data.max_seq_len": 64,
+        "train.output_dir": str(tmp_path / "run"),
+        "train.batch_size": 8,
+        "train.max_steps": 4,
+        "train.log_every": 1,
+        "train.save_every": 0,
+        "train.precision": "fp32",
+    }
+    return load_pretrain_config("configs/pretrain/spanbert-mini.yaml", {**values, **overrides})
+
+
 def test_pretraining_end_to_end(synthetic_shards, tmp_path):
     from bertzoo.train.loop import Trainer
     from bertzoo.train.pretrain import build_pretraining
 
-    torch.set_num_threads(1)
-    cfg = load_pretrain_config(
-        "configs/pretrain/spanbert-mini.yaml",
-        {
-            "model": {"preset": "spanbert-tiny", "hidden_size": 32, "num_heads": 2, "intermediate_size": 64},
-            "data.shards": str(synthetic_shards),
-            "data.max_seq_len": 64,
-            "train.output_dir": str(tmp_path / "run"),
-            "train.batch_size": 8,
-            "train.max_steps": 4,
-            "train.log_every": 1,
-            "train.save_every": 0,
-            "train.precision": "fp32",
-        },
-    )
+    cfg = tiny_run_config(synthetic_shards, tmp_path)
     objective, dataset, collator, tokenizer = build_pretraining(cfg)
     assert isinstance(objective, SpanBoundaryLM) and objective.objective_name == "mlm+sbo"
     example = dataset[0]
@@ -325,22 +328,7 @@ def test_trainer_starts_sbo_at_its_fraction_of_training(synthetic_shards, tmp_pa
     from bertzoo.train.loop import Trainer
     from bertzoo.train.pretrain import build_pretraining
 
-    torch.set_num_threads(1)
-    cfg = load_pretrain_config(
-        "configs/pretrain/spanbert-mini.yaml",
-        {
-            "model": {"preset": "spanbert-tiny", "hidden_size": 32, "num_heads": 2, "intermediate_size": 64},
-            "objective_args": {"sbo_start": 0.5},
-            "data.shards": str(synthetic_shards),
-            "data.max_seq_len": 64,
-            "train.output_dir": str(tmp_path / "run"),
-            "train.batch_size": 8,
-            "train.max_steps": 4,
-            "train.log_every": 1,
-            "train.save_every": 0,
-            "train.precision": "fp32",
-        },
-    )
+    cfg = tiny_run_config(synthetic_shards, tmp_path, **{"objective_args.sbo_start": 0.5})
     objective, dataset, collator, _ = build_pretraining(cfg)
     Trainer(objective, dataset, collator, cfg.train, progress=False).train()
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
