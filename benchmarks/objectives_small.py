@@ -212,6 +212,12 @@ def main() -> None:
     ap.add_argument("--out", default="runs/objectives_small")
     ap.add_argument("--docs", action="store_true", help="write the table into docs/variants.md")
     ap.add_argument("--quick", action="store_true", help="every family, a tiny budget, one seed: < 15 min")
+    ap.add_argument(
+        "--no-table",
+        action="store_true",
+        help="pretrain and fine-tune --families only (no random-init row, no table): to share the runs among "
+        "processes with one --out, then make the table with a last run that finds them all done",
+    )
     args = ap.parse_args()
     if args.quick:
         args.sequences, args.seeds, args.vocab = 256, 1, 4000
@@ -228,6 +234,8 @@ def main() -> None:
             tok = TRAINERS[kind](docs, args.vocab)
             prepare_shards(docs, tok, shards[kind], progress=False, overwrite=True, source="builtin:wiki-en")
     rows = [run_seed(name, shards, out, seed, args) for seed in range(args.seeds) for name in args.families]
+    if args.no_table:
+        return
     rows += [run_seed(RANDOM_INIT, shards, out, seed, args) for seed in range(args.seeds)]
     summary = summarise(rows)
     precision = json.loads((out / args.families[0] / "seed0" / "pretrain" / "run_config.json").read_text())
