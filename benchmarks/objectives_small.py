@@ -137,8 +137,9 @@ def finetune_dev(
 
 def run_seed(name: str, shards: dict[str, Path], out: Path, seed: int, args) -> dict[str, Any]:
     kind = FAMILIES.get(name, {"tokenizer": "wordpiece"})["tokenizer"]
-    if name == RANDOM_INIT:  # BERT-mini's architecture and tokenizer, random weights
-        init = {"model": "", "model_config": {"preset": "bert-mini"}, "tokenizer": str(shards[kind] / "tokenizer")}
+    if name == RANDOM_INIT:  # BERT-mini's architecture (dropout included, as pretrained) and tokenizer, random weights
+        arch = load_pretrain_config("configs/pretrain/bert-mini.yaml").model
+        init = {"model": "", "model_config": arch, "tokenizer": str(shards[kind] / "tokenizer")}
         row: dict[str, Any] = {"family": name, "seed": seed, "pretrain_tokens": 0}
     else:
         summary = pretrain_family(name, shards[kind], out, seed, args)
