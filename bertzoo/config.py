@@ -711,9 +711,12 @@ _FLOAT_LITERAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
 def parse_scalar(text: str) -> Any:
-    """Parse a command-line override value the way YAML would (numbers, booleans, null, lists)."""
+    """Parse a command-line override value the way YAML would (numbers, booleans, null, lists). An empty value is
+    the empty string, as typed (`--model ''`: no checkpoint, random init), not YAML's null."""
     import yaml
 
+    if text == "":
+        return ""
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError:

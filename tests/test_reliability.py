@@ -658,6 +658,15 @@ def test_every_expected_error_is_a_bertzoo_error():
         assert issubclass(cls, BertzooError)
 
 
+def test_an_empty_override_is_the_empty_string():
+    """`--model ''` (random init in a fine-tuning config) failed with "model must be a string, got None"."""
+    from bertzoo.config import load_finetune_config, parse_scalar
+
+    assert parse_scalar("") == "" and parse_scalar("null") is None and parse_scalar("''") == ""
+    cfg = load_finetune_config("configs/finetune/wiki-topics-bert-mini.yaml", {"model": parse_scalar("")})
+    assert cfg.model == ""
+
+
 @pytest.mark.parametrize(("text", "value"), [("1e-3", 1e-3), ("5E-4", 5e-4), ("2e+1", 20.0), (".5e-2", 0.005)])
 def test_exponent_without_a_dot_is_a_number(text, value):
     """YAML 1.1 reads `1e-3` as a string; the README's own overrides (`--train.lr 5e-4`) must work."""
