@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -135,7 +136,24 @@ def finetune_dev(
     return {f"dev_{metric}": float(data["dev"]["metrics"][metric]), "finetune_seconds": data.get("train_seconds")}
 
 
-def run_seed(name: str, shards: dict[str, Path], out: Path, seed: int, args) -> dict[str, Any]:
+def claimed_elsewhere(run_dir: Path) -> bool:
+    """--no-table processes sharing one --out: True if another process has claimed this family and seed (an
+    exclusive create of a marker file), so each run is made once. A table run ignores the markers."""
+    if (run_dir / "finetune" / "report.json").is_file():
+        return False  # done: read, not run
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        os.close(os.open(run_dir / ".claimed", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return True
+    return False
+
+
+def run_seed(name: str, shards: dict[str, Path], out: Path, seed: int, args) -> dict[str, Any] | None:
+    """Pretrain (unless random init) and fine-tune one family with one seed; its row (None: claimed elsewhere)."""
+    if args.no_table and claimed_elsewhere(out / name / f"seed{seed}"):
+        print(f"{name} seed {seed}: claimed by another process", flush=True)
+        return None
     kind = FAMILIES.get(name, {"tokenizer": "wordpiece"})["tokenizer"]
     if name == RANDOM_INIT:  # BERT-mini's architecture (dropout included, as pretrained) and tokenizer, random weights
         arch = load_pretrain_config("configs/pretrain/bert-mini.yaml").model
@@ -216,8 +234,8 @@ def main() -> None:
     ap.add_argument(
         "--no-table",
         action="store_true",
-        help="pretrain and fine-tune --families only (no random-init row, no table): to share the runs among "
-        "processes with one --out, then make the table with a last run that finds them all done",
+        help="pretrain and fine-tune --families only (no random-init row, no table); processes started so with one "
+        "--out share the runs (each family and seed is claimed by one); a last run without it makes the table",
     )
     args = ap.parse_args()
     if args.quick:
