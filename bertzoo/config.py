@@ -768,6 +768,11 @@ def load_pretrain_config(path: str | Path | None, overrides: dict[str, Any] | No
     return from_dict(PretrainConfig, data)
 
 
+def is_number(value: Any) -> bool:
+    """An int or float from a config, not a bool (YAML's `true` is an int to isinstance)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def check_objective_args(args: dict[str, Any], allowed: tuple[str, ...], who: str) -> None:
     """One-line ConfigError naming the first `objective_args` key that `who` (a family, or a family's
     objective) does not take, and what it does take."""

@@ -59,7 +59,7 @@ import torch
 
 import bertzoo.data.rng as rng
 from bertzoo.batch import IGNORE_INDEX, Batch
-from bertzoo.config import MaskingConfig
+from bertzoo.config import MaskingConfig, is_number
 from bertzoo.data.collate import flatten_bins, pad_batch
 from bertzoo.data.masking import corrupt, mask_tokens
 from bertzoo.data.tokenizer import SpecialIds, Tokenizer
@@ -478,7 +478,7 @@ class MassCollator(Seq2SeqCollator):
         **kwargs: Any,
     ) -> None:
         super().__init__(tokenizer, seed, **kwargs)
-        if isinstance(k, bool) or not isinstance(k, (int, float)):
+        if not is_number(k):
             raise ConfigError(f"objective_args.k must be a fraction in (0, 1] or a token count >= 1, got {k!r}")
         if isinstance(k, float) and not 0 < k <= 1:
             raise ConfigError(f"objective_args.k as a fraction must be in (0, 1], got {k}; give a count as an integer")

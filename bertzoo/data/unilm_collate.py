@@ -34,7 +34,7 @@ import torch
 
 import bertzoo.data.rng as rng
 from bertzoo.batch import Batch
-from bertzoo.config import MaskingConfig
+from bertzoo.config import MaskingConfig, is_number
 from bertzoo.data.collate import PretrainingCollator, flatten_bins
 from bertzoo.data.tokenizer import SpecialIds, Tokenizer
 from bertzoo.errors import ConfigError
@@ -87,7 +87,7 @@ def check_shares(shares: Mapping[str, Any] | None, name: str = "objective_args.l
     out = np.zeros(len(LM_TYPES), dtype=np.float64)
     for i, lm in enumerate(LM_TYPES):
         value = shares.get(lm, 0.0)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if not is_number(value) or not math.isfinite(value):
             raise ConfigError(f"{name}.{lm} must be a number, got {value!r}")
         if value < 0:
             raise ConfigError(f"{name}.{lm} must be >= 0, got {value}")
@@ -219,7 +219,7 @@ class UniLMCollator(PretrainingCollator):
 
 def check_ngrams(ngram_prob: Any, max_ngram: Any) -> None:
     """ConfigError unless 0 <= ngram_prob <= 1 and max_ngram is an int >= 2 (>= 1 without n-grams)."""
-    if isinstance(ngram_prob, bool) or not isinstance(ngram_prob, (int, float)) or not 0.0 <= ngram_prob <= 1.0:
+    if not is_number(ngram_prob) or not 0.0 <= ngram_prob <= 1.0:
         raise ConfigError(f"objective_args.ngram_prob must be a number in [0, 1], got {ngram_prob!r}")
     least = 2 if ngram_prob > 0 else 1
     if isinstance(max_ngram, bool) or not isinstance(max_ngram, int) or max_ngram < least:

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertzoo.batch import IGNORE_INDEX, Batch
-from bertzoo.config import ModelConfig
+from bertzoo.config import ModelConfig, is_number
 from bertzoo.errors import ConfigError
 from bertzoo.heads import ReplacedTokenDetectionHead
 from bertzoo.model import Encoder, init_weights
@@ -131,7 +131,7 @@ class Discriminator(nn.Module):
         on the encoder while the discriminator has no features that tell replacements apart; a bias at the
         prior leaves only the informative part. (Measured at 500 CPU steps: no effect on fine-tuning on its
         own; docs/variants.md.)"""
-        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share < 1:
+        if not is_number(share) or not 0 < share < 1:
             raise ConfigError(f"objective_args.rtd_prior must be a replaced share in (0, 1), got {share!r}")
         with torch.no_grad():
             self.rtd_head.prediction.bias.fill_(math.log(share / (1 - share)))
@@ -199,7 +199,7 @@ class Electra(nn.Module):
         if rtd_weight < 0:
             raise ConfigError(f"objective_args.rtd_weight must be >= 0, got {rtd_weight}")
         self.rtd_weight = float(rtd_weight)
-        if isinstance(sample_temperature, bool) or not isinstance(sample_temperature, (int, float)):
+        if not is_number(sample_temperature):
             raise ConfigError(f"objective_args.sample_temperature must be a number, got {sample_temperature!r}")
         if not sample_temperature > 0:
             raise ConfigError(f"objective_args.sample_temperature must be > 0, got {sample_temperature}")

@@ -33,7 +33,7 @@ import bertzoo.hf_keys as hf_keys
 import bertzoo.io as io
 import bertzoo.variants.bert as bert
 from bertzoo.batch import Batch
-from bertzoo.config import ModelConfig, check_objective_args, from_dict, preset_config
+from bertzoo.config import ModelConfig, check_objective_args, from_dict, is_number, preset_config
 from bertzoo.errors import CheckpointError, ConfigError
 from bertzoo.hf_keys import HFFamily
 from bertzoo.model import Encoder
@@ -97,7 +97,7 @@ def generator_config(
     """The generator's ModelConfig: the discriminator's, with width * `generator_size`, the same head
     size (Google's code: hidden // 64 heads, 64 being the head size of every ELECTRA preset), the FFN
     scaled likewise, and the embedding width E kept (the embeddings are shared)."""
-    if isinstance(generator_size, bool) or not isinstance(generator_size, (int, float)) or not 0 < generator_size <= 1:
+    if not is_number(generator_size) or not 0 < generator_size <= 1:
         raise ConfigError(f"objective_args.generator_size must be in (0, 1], got {generator_size!r}")
     hidden = max(1, round(config.hidden_size * generator_size))
     heads = max(1, hidden // config.head_dim)
@@ -138,7 +138,7 @@ def _electra(config: ModelConfig, args: dict[str, Any]) -> Electra:
     """Generator + discriminator for `args`' stage (the second stage loads the first stage's generator)."""
     stage = args.get("stage", "joint")
     rtd_weight = args.get("rtd_weight", 50.0)
-    if isinstance(rtd_weight, bool) or not isinstance(rtd_weight, (int, float)):
+    if not is_number(rtd_weight):
         raise ConfigError(f"objective_args.rtd_weight must be a number, got {rtd_weight!r}")
     temperature = args.get("sample_temperature", 1.0)
     overrides = args.get("generator") or {}

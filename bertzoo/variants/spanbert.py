@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 import bertzoo.variants.bert as bert
-from bertzoo.config import ModelConfig, PretrainConfig, preset_config
+from bertzoo.config import ModelConfig, PretrainConfig, is_number, preset_config
 from bertzoo.errors import ConfigError
 from bertzoo.model import Encoder
 from bertzoo.objectives.span import SpanBoundaryLM
@@ -61,9 +61,9 @@ def build(
         )
     if sbo_max_positions < 1:
         raise ConfigError(f"objective_args.sbo_max_positions must be >= 1, got {sbo_max_positions}")
-    if isinstance(sbo_weight, bool) or not isinstance(sbo_weight, (int, float)) or not 0 <= sbo_weight < float("inf"):
+    if not is_number(sbo_weight) or not 0 <= sbo_weight < float("inf"):
         raise ConfigError(f"objective_args.sbo_weight must be a number >= 0, got {sbo_weight!r}")
-    if isinstance(sbo_start, bool) or not isinstance(sbo_start, (int, float)) or not 0 <= sbo_start < 1:
+    if not is_number(sbo_start) or not 0 <= sbo_start < 1:
         raise ConfigError(f"objective_args.sbo_start must be a fraction of training in [0, 1), got {sbo_start!r}")
     return SpanBoundaryLM(
         Encoder(config),
