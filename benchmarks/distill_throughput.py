@@ -12,7 +12,8 @@ from other processes hits all alike; each figure is the median over repetitions.
 Prints examples/s per model, the speed-up of each student beside its bound (the teacher's forward FLOPs on
 these inputs over the student's: what the speed-up would be if time followed FLOPs) and, when the model
 directories come from `bertzoo distill` / `bertzoo finetune`, their test accuracies (report.json beside the
-model). Last line: JSON with `ratio` = the first (3-layer) student's inference speed over the teacher's.
+model). --device cpu (default) or cuda. Last line: JSON with `ratio` = the first (3-layer) student's inference
+speed over the teacher's.
 
     python benchmarks/distill_throughput.py --quick
 """
@@ -31,6 +32,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from inference_throughput import useful_flops  # noqa: E402
+from timing import autocast, device_arg, resolve_device, sync  # noqa: E402
 
 from bertzoo.batch import Batch  # noqa: E402
 from bertzoo.precision import autocast_dtype, cpu_capability, resolve_precision  # noqa: E402
@@ -105,10 +107,11 @@ def make_batches(tokenizer, n_batches: int, batch: int, seq_len: int, dataset: s
     return out
 
 
-def time_inference(models, batches, dtype, repeats: int) -> list[float]:
-    """Median examples/s of each model over `repeats` passes of `batches`, models taking turns per batch."""
+def time_inference(models, batches, dtype, repeats: int, device: torch.device) -> list[float]:
+    """Median examples/s of each model over `repeats` passes of `batches`, models taking turns per batch
+    (each call synchronised with the device)."""
     per_model: list[list[float]] = [[] for _ in models]
-    with torch.inference_mode(), torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+    with torch.inference_mode(), autocast(device, dtype):
         for b in batches[:2]:  # warm-up
             for m in models:
                 m(b)
@@ -116,8 +119,10 @@ def time_inference(models, batches, dtype, repeats: int) -> list[float]:
             spent = [0.0] * len(models)
             for b in batches:
                 for i, m in enumerate(models):
+                    sync(device)
                     t0 = time.perf_counter()
                     m(b)
+                    sync(device)
                     spent[i] += time.perf_counter() - t0
             n = sum(b.input_ids.size(0) for b in batches)
             for i in range(len(models)):
@@ -125,7 +130,7 @@ def time_inference(models, batches, dtype, repeats: int) -> list[float]:
     return [statistics.median(x) for x in per_model]
 
 
-def time_distill_step(student, teacher, batches, dtype, repeats: int) -> tuple[float, float]:
+def time_distill_step(student, teacher, batches, dtype, repeats: int, device: torch.device) -> tuple[float, float]:
     """ms per distillation step (forward + backward + AdamW) with the teacher live and with cached logits."""
     from bertzoo.objectives.distill import Distiller
     from bertzoo.train.teacher_cache import LogitCache
@@ -138,13 +143,15 @@ def time_distill_step(student, teacher, batches, dtype, repeats: int) -> tuple[f
         opt = torch.optim.AdamW([p for p in d.parameters() if p.requires_grad], lr=1e-5)
         times = []
         for r in range(repeats + 1):
+            sync(device)
             t0 = time.perf_counter()
             for b in batches:
-                with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+                with autocast(device, dtype):
                     loss = d(b).loss
                 loss.backward()
                 opt.step()
                 opt.zero_grad(set_to_none=True)
+            sync(device)
             if r:  # the first pass warms up
                 times.append((time.perf_counter() - t0) / len(batches) * 1000)
         results.append(statistics.median(times))
@@ -173,32 +180,36 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto")
     ap.add_argument("--threads", type=int, default=None)
+    device_arg(ap)
     ap.add_argument("--quick", action="store_true", help="well under a minute")
     args = ap.parse_args()
     if args.quick:
         args.batches, args.repeats, args.batch = 2, 2, 16
     if args.threads:
         torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
     if args.teacher:
         teacher, students, tokenizer, names, dataset = load_models(args.teacher, args.students or [])
     else:
         teacher, students, tokenizer, names, dataset = default_models()
     if not students:
         raise SystemExit("give at least one student directory with --students")
-    precision = resolve_precision(args.precision, torch.device("cpu"))
+    precision = resolve_precision(args.precision, device)
     dtype = autocast_dtype(precision)
-    models = [m.eval() for m in (teacher, *students)]
-    batches = make_batches(tokenizer, args.batches, args.batch, args.seq_len, dataset)
-    tokens = sum(int(b.attention_mask.sum()) for b in batches) / sum(b.input_ids.size(0) for b in batches)
-    print(f"cpu {cpu_capability()}, precision {precision}, threads {torch.get_num_threads()}, batch {args.batch}, "
-          f"{dataset} dev texts, mean {tokens:.0f} tokens per example (at most {args.seq_len})")  # fmt: skip
-    speeds = time_inference(models, batches, dtype, args.repeats)
+    models = [m.to(device).eval() for m in (teacher, *students)]
+    cpu_batches = make_batches(tokenizer, args.batches, args.batch, args.seq_len, dataset)
+    batches = [b.to(device) for b in cpu_batches]
+    tokens = sum(int(b.attention_mask.sum()) for b in cpu_batches) / sum(b.input_ids.size(0) for b in cpu_batches)
+    print(f"on {device}, cpu {cpu_capability()}, precision {precision}, threads {torch.get_num_threads()}, "
+          f"batch {args.batch}, {dataset} dev texts, mean {tokens:.0f} tokens per example "
+          f"(at most {args.seq_len})")  # fmt: skip
+    speeds = time_inference(models, batches, dtype, args.repeats, device)
     accs = [accuracy_of(args.teacher)] + [accuracy_of(d) for d in (args.students or [None] * len(students))]
     if args.teacher:  # the teacher's own report holds its figure under teacher_test when a student's does
         first = Path(args.students[0]).parent / "report.json" if args.students else None
         if first is not None and first.is_file():
             accs[0] = json.loads(first.read_text()).get("teacher_test", {}).get("accuracy", accs[0])
-    lengths = np.concatenate([b.attention_mask.sum(dim=1).numpy() for b in batches])
+    lengths = np.concatenate([b.attention_mask.sum(dim=1).numpy() for b in cpu_batches])
     flops = [useful_flops(m.encoder.config, lengths) for m in models]
     print(f"{'model':<40} {'params':>10} {'examples/s':>11} {'speed-up':>9} {'bound':>7} {'test acc':>9}")
     for name, m, speed, flop, acc in zip(names, models, speeds, flops, accs, strict=True):
@@ -206,7 +217,7 @@ def main() -> None:
         params = m.encoder.num_parameters()
         print(f"{name:<40} {params / 1e6:>9.1f}M {speed:>11.1f} {speed / speeds[0]:>8.2f}x "
               f"{flops[0] / flop:>6.2f}x {shown:>9}")  # fmt: skip
-    live, cached = time_distill_step(students[0].train(), teacher, batches, dtype, max(1, args.repeats - 1))
+    live, cached = time_distill_step(students[0].train(), teacher, batches, dtype, max(1, args.repeats - 1), device)
     print(f"distillation step of the first student: teacher live {live:.0f} ms, cached logits {cached:.0f} ms "
           f"({live / cached:.2f}x)")  # fmt: skip
     result = {
@@ -218,6 +229,7 @@ def main() -> None:
         "student_test_accuracies": accs[1:],
         "distill_step_ms": {"teacher_live": live, "cached": cached, "ratio": live / cached},
         "dataset": dataset,
+        "device": str(device),
         "precision": precision,
         "cpu": cpu_capability(),
     }

@@ -4,8 +4,9 @@ A GPT-mini (GPT-2 layout: 4 layers, 256 wide, a 8k vocabulary) with random weigh
 exported to a GPT2LMHeadModel (bertzoo.hub.export_hf), and both continue the same batch of prompts by
 `--new` greedy tokens (no stop token, so both produce exactly that many). Repetitions alternate which
 side runs first. The tokens must be identical; the headline is bertzoo's tokens/s over transformers'.
---precision auto resolves to bf16 only where the CPU runs it natively and faster (`bertzoo.precision`),
-else fp32; both sides run under the same autocast. Last line: JSON with `ratio` and `identical_tokens`.
+--precision auto resolves to bf16 only where the device runs it natively and faster (`bertzoo.precision`),
+else fp32; both sides run under the same autocast. --device cpu (default) or cuda. Last line: JSON with `ratio`
+and `identical_tokens`.
 
     python benchmarks/generate_throughput.py --quick
 """
@@ -13,13 +14,12 @@ else fp32; both sides run under the same autocast. Last line: JSON with `ratio` 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 import tempfile
-import time
 
 import torch
+from timing import alternate, autocast, device_arg, resolve_device
 
 from bertzoo.hub import export_hf
 from bertzoo.precision import autocast_dtype, cpu_capability, resolve_precision
@@ -35,10 +35,12 @@ def main() -> None:
     ap.add_argument("--preset", default="gpt-mini")
     ap.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto")
     ap.add_argument("--repeats", type=int, default=5)
+    device_arg(ap)
     ap.add_argument("--quick", action="store_true", help="a run of well under a minute")
     args = ap.parse_args()
     if args.quick:
         args.repeats = 3
+    device = resolve_device(args.device)
     try:
         import transformers
     except ImportError:
@@ -49,20 +51,21 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         export_hf(ours, tmp)
         ref = transformers.GPT2LMHeadModel.from_pretrained(tmp).eval()
-    prompts = torch.randint(0, args.vocab, (args.batch, args.prompt), generator=torch.Generator().manual_seed(1))
+    ours.to(device), ref.to(device)
+    g = torch.Generator().manual_seed(1)
+    prompts = torch.randint(0, args.vocab, (args.batch, args.prompt), generator=g).to(device)
     mask = torch.ones_like(prompts)
-    precision = resolve_precision(args.precision, torch.device("cpu"))
+    precision = resolve_precision(args.precision, device)
     amp = autocast_dtype(precision)
 
-    def autocast():
-        return torch.autocast("cpu", dtype=amp) if amp is not None else contextlib.nullcontext()
+    results: dict[str, torch.Tensor] = {}
 
-    def run_ours() -> torch.Tensor:
-        with autocast():
-            return ours.generate(prompts, mask, max_new_tokens=args.new).sequences
+    def run_ours() -> None:
+        with autocast(device, amp):
+            results["bertzoo"] = ours.generate(prompts, mask, max_new_tokens=args.new).sequences
 
-    def run_hf() -> torch.Tensor:
-        with torch.inference_mode(), autocast():
+    def run_hf() -> None:
+        with torch.inference_mode(), autocast(device, amp):
             out = ref.generate(
                 prompts,
                 attention_mask=mask,
@@ -73,23 +76,17 @@ def main() -> None:
                 pad_token_id=0,
                 eos_token_id=None,
             )
-        return out[:, args.prompt :]
+        results["transformers"] = out[:, args.prompt :]
 
     run_ours(), run_hf()  # warm-up
-    times: dict[str, list[float]] = {"bertzoo": [], "transformers": []}
-    results: dict[str, torch.Tensor] = {}
-    for r in range(args.repeats):
-        for name, fn in (("bertzoo", run_ours), ("transformers", run_hf))[:: 1 if r % 2 == 0 else -1]:
-            t = time.perf_counter()
-            results[name] = fn()
-            times[name].append(time.perf_counter() - t)
-    identical = torch.equal(results["bertzoo"], results["transformers"])
+    times = alternate({"bertzoo": run_ours, "transformers": run_hf}, args.repeats, device)
+    identical = torch.equal(results["bertzoo"].cpu(), results["transformers"].cpu())
     tokens = args.batch * args.new
     tps = {k: tokens / min(v) for k, v in times.items()}
     ratio = tps["bertzoo"] / tps["transformers"]
     print(
         f"{args.preset} (vocab {args.vocab}), batch {args.batch} x prompt {args.prompt}, {args.new} greedy tokens, "
-        f"precision {precision}, CPU {cpu_capability()}, threads {torch.get_num_threads()}, "
+        f"on {device}, precision {precision}, CPU {cpu_capability()}, threads {torch.get_num_threads()}, "
         f"transformers {transformers.__version__}"
     )
     print(
@@ -99,6 +96,7 @@ def main() -> None:
     print(
         json.dumps(
             {
+                "device": str(device),
                 "precision": precision,
                 "cpu_capability": cpu_capability(),
                 "bertzoo_tokens_per_s": round(tps["bertzoo"], 1),

@@ -4,8 +4,9 @@ A GPT-mini (GPT-2 layout: 4 layers, 256 wide, 8k vocabulary, dropout off) is bui
 to a GPT2LMHeadModel (bertzoo.hub.export_hf), so both start from identical weights. Each side runs
 forward + backward + AdamW on the same batches of real-length rows (right padding, labels -100 at padding),
 under the same autocast; repetitions alternate which side runs first, and the first losses must agree.
---precision auto resolves to bf16 only where the CPU runs it natively and faster (`bertzoo.precision`), else
-fp32. Prints tokens/s (real tokens) for both and the ratio. Last line: JSON with `ratio`.
+--precision auto resolves to bf16 only where the device runs it natively and faster (`bertzoo.precision`), else
+fp32. --device cpu (default) or cuda. Prints tokens/s (real tokens) for both and the ratio. Last line: JSON with
+`ratio`.
 
     python benchmarks/gpt_throughput.py --quick
 """
@@ -13,13 +14,12 @@ fp32. Prints tokens/s (real tokens) for both and the ratio. Last line: JSON with
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 import tempfile
-import time
 
 import torch
+from timing import alternate, autocast, device_arg, resolve_device
 
 from bertzoo.batch import Batch
 from bertzoo.hub import export_hf
@@ -28,15 +28,15 @@ from bertzoo.precision import autocast_dtype, cpu_capability, resolve_precision
 from bertzoo.variants import gpt
 
 
-def batches(n: int, batch: int, seq: int, vocab: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(ids, attention_mask) with rows of 3/4 to full length, the rest padding, fixed seed."""
+def batches(n: int, batch: int, seq: int, vocab: int, device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(ids, attention_mask) on `device` with rows of 3/4 to full length, the rest padding, fixed seed."""
     g = torch.Generator().manual_seed(0)
     out = []
     for _ in range(n):
         ids = torch.randint(0, vocab, (batch, seq), generator=g)
         lengths = torch.randint(seq * 3 // 4, seq + 1, (batch,), generator=g)
         mask = (torch.arange(seq)[None] < lengths[:, None]).long()
-        out.append((ids.masked_fill(mask == 0, 0), mask))
+        out.append((ids.masked_fill(mask == 0, 0).to(device), mask.to(device)))
     return out
 
 
@@ -49,10 +49,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=8, help="timed steps per repetition")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto")
+    device_arg(ap)
     ap.add_argument("--quick", action="store_true", help="a run of well under a minute")
     args = ap.parse_args()
     if args.quick:
         args.steps, args.repeats = 4, 2
+    device = resolve_device(args.device)
     try:
         import transformers
     except ImportError:
@@ -64,20 +66,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         export_hf(ours, tmp)
         ref = transformers.GPT2LMHeadModel.from_pretrained(tmp, attn_implementation="sdpa")
-    ours.train(), ref.train()
-    data = batches(args.steps + 1, args.batch, args.seq, args.vocab)
-    precision = resolve_precision(args.precision, torch.device("cpu"))
+    ours.to(device).train(), ref.to(device).train()
+    data = batches(args.steps + 1, args.batch, args.seq, args.vocab, device)
+    precision = resolve_precision(args.precision, device)
     amp = autocast_dtype(precision)
     opt = {
         "bertzoo": torch.optim.AdamW(ours.parameters(), lr=1e-4),
         "transformers": torch.optim.AdamW(ref.parameters(), lr=1e-4),
     }
 
-    def autocast():
-        return torch.autocast("cpu", dtype=amp) if amp is not None else contextlib.nullcontext()
-
     def step_ours(ids: torch.Tensor, mask: torch.Tensor) -> float:
-        with autocast():
+        with autocast(device, amp):
             loss = ours(Batch(input_ids=ids, attention_mask=mask)).loss
         loss.backward()
         opt["bertzoo"].step()
@@ -85,7 +84,7 @@ def main() -> None:
         return float(loss)
 
     def step_hf(ids: torch.Tensor, mask: torch.Tensor) -> float:
-        with autocast():
+        with autocast(device, amp):
             loss = ref(input_ids=ids, attention_mask=mask, labels=lm_labels(ids, mask)).loss
         loss.backward()
         opt["transformers"].step()
@@ -94,18 +93,19 @@ def main() -> None:
 
     first = {"bertzoo": step_ours(*data[0]), "transformers": step_hf(*data[0])}  # warm-up, same weights
     tokens = sum(int(m.sum()) for _, m in data[1:])
-    times: dict[str, list[float]] = {"bertzoo": [], "transformers": []}
-    for r in range(args.repeats):
-        for name, fn in (("bertzoo", step_ours), ("transformers", step_hf))[:: 1 if r % 2 == 0 else -1]:
-            t = time.perf_counter()
-            for ids, mask in data[1:]:
-                fn(ids, mask)
-            times[name].append(time.perf_counter() - t)
+    times = alternate(
+        {
+            "bertzoo": lambda: [step_ours(*b) for b in data[1:]],
+            "transformers": lambda: [step_hf(*b) for b in data[1:]],
+        },
+        args.repeats,
+        device,
+    )
     tps = {k: tokens / min(v) for k, v in times.items()}
     ratio = tps["bertzoo"] / tps["transformers"]
     print(
         f"{args.preset} (vocab {args.vocab}) training step, batch {args.batch} x {args.seq} (3/4 to full length), "
-        f"precision {precision}, CPU {cpu_capability()}, threads {torch.get_num_threads()}, "
+        f"on {device}, precision {precision}, CPU {cpu_capability()}, threads {torch.get_num_threads()}, "
         f"transformers {transformers.__version__}"
     )
     print(
@@ -115,6 +115,7 @@ def main() -> None:
     print(
         json.dumps(
             {
+                "device": str(device),
                 "precision": precision,
                 "cpu_capability": cpu_capability(),
                 "bertzoo_tokens_per_s": round(tps["bertzoo"], 1),

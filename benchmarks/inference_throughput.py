@@ -7,8 +7,8 @@ in the given order, `padding=True` per batch, `torch.inference_mode()`), bertzoo
 `bertzoo.inference.encode` (length-sorted batches). The outputs are checked to agree. Prints
 sentences/s for both, the ratio, and a utilisation figure (useful model FLOP/s over the measured
 peak matmul rate at the same precision). --precision auto (the default) resolves to bf16 only
-where the CPU runs it natively and faster (`bertzoo.precision`), else fp32; both sides use the
-resolved precision. Last line: JSON.
+where the device runs it natively and faster (`bertzoo.precision`), else fp32; both sides use the
+resolved precision. --device cpu (default) or cuda. Last line: JSON.
 
     python benchmarks/inference_throughput.py --quick
 """
@@ -16,12 +16,10 @@ resolved precision. Last line: JSON.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.util
 import json
 import random
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from pretrain_throughput import peak_matmul_flops  # noqa: E402
+from timing import alternate, autocast, device_arg, resolve_device  # noqa: E402
 
 from bertzoo.data.corpus import read_documents, split_sentences  # noqa: E402
 from bertzoo.data.tokenizer import Tokenizer  # noqa: E402
@@ -65,29 +64,34 @@ def main() -> None:
     ap.add_argument("--max-length", type=int, default=128)
     ap.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto")
     ap.add_argument("--repeats", type=int, default=3)
+    device_arg(ap)
     ap.add_argument("--quick", action="store_true", help="a run of well under a minute")
     args = ap.parse_args()
     if args.quick:
         args.sentences, args.repeats = 1024, 1
+    device = resolve_device(args.device)
     import transformers
 
     path = minilm_dir()
     texts = wiki_sentences(args.sentences)
-    ours = load_encoder(path).eval()
+    ours = load_encoder(path).to(device).eval()
     tok = Tokenizer.load(path)
-    ref = transformers.BertModel.from_pretrained(path).eval()
+    ref = transformers.BertModel.from_pretrained(path).to(device).eval()
     hf_tok = transformers.BertTokenizerFast.from_pretrained(path)
-    precision = resolve_precision(args.precision, torch.device("cpu"))  # once, for both sides
+    precision = resolve_precision(args.precision, device)  # once, for both sides
     amp = autocast_dtype(precision)
     dtype = amp or torch.float32
 
-    def run_ours() -> np.ndarray:
-        return encode(ours, tok, texts, batch_size=args.batch, max_length=args.max_length, precision=precision)
+    results: dict[str, np.ndarray] = {}
 
-    def run_hf() -> np.ndarray:
+    def run_ours() -> None:
+        results["bertzoo"] = encode(
+            ours, tok, texts, batch_size=args.batch, max_length=args.max_length, precision=precision
+        )
+
+    def run_hf() -> None:
         out = []
-        ctx = torch.autocast("cpu", dtype=amp) if amp is not None else contextlib.nullcontext()
-        with torch.inference_mode(), ctx:
+        with torch.inference_mode(), autocast(device, amp):
             for start in range(0, len(texts), args.batch):
                 enc = hf_tok(
                     texts[start : start + args.batch],
@@ -95,32 +99,26 @@ def main() -> None:
                     truncation=True,
                     max_length=args.max_length,
                     return_tensors="pt",
-                )
+                ).to(device)
                 hidden = ref(**enc).last_hidden_state
                 m = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-                out.append(((hidden * m).sum(1) / m.sum(1)).float().numpy())
-        return np.concatenate(out)
+                out.append(((hidden * m).sum(1) / m.sum(1)).float().cpu().numpy())
+        results["transformers"] = np.concatenate(out)
 
     run_ours(), run_hf()  # warm-up
-    times = {"bertzoo": [], "transformers": []}
-    results = {}
-    for r in range(args.repeats):
-        for name, fn in (("bertzoo", run_ours), ("transformers", run_hf))[:: 1 if r % 2 == 0 else -1]:
-            t = time.perf_counter()
-            results[name] = fn()
-            times[name].append(time.perf_counter() - t)
+    times = alternate({"bertzoo": run_ours, "transformers": run_hf}, args.repeats, device)
     a, b = results["bertzoo"], results["transformers"]
     cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
     lengths = np.array([min(len(x) + 2, args.max_length) for x in tok.encode_batch(texts)])
-    peak = peak_matmul_flops(dtype, "cpu")
+    peak = peak_matmul_flops(dtype, device)
     flops = useful_flops(ours.config, lengths)
     sps = {k: len(texts) / min(v) for k, v in times.items()}
     mfu = {k: flops / min(v) / peak for k, v in times.items()}
     ratio = sps["bertzoo"] / sps["transformers"]
     print(
         f"MiniLM-L6 on {len(texts)} Wikipedia sentences (mean {lengths.mean():.0f} tokens, max {lengths.max()}), "
-        f"batch {args.batch}, precision {precision} (--precision {args.precision}), CPU {cpu_capability()}, "
-        f"threads {torch.get_num_threads()}, "
+        f"batch {args.batch}, on {device}, precision {precision} (--precision {args.precision}), "
+        f"CPU {cpu_capability()}, threads {torch.get_num_threads()}, "
         f"transformers {transformers.__version__}"
     )
     print(
@@ -131,6 +129,7 @@ def main() -> None:
     print(
         json.dumps(
             {
+                "device": str(device),
                 "precision": precision,
                 "cpu_capability": cpu_capability(),
                 "bertzoo_sentences_per_s": round(sps["bertzoo"], 1),

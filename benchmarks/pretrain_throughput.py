@@ -15,12 +15,11 @@ the measured peak matmul rate of this machine at the same precision. The last li
 from __future__ import annotations
 
 import argparse
-import contextlib
-import functools
 import json
 import time
 
 import torch
+from timing import autocast, device_arg, resolve_device, sync
 
 from bertzoo.batch import IGNORE_INDEX, Batch
 from bertzoo.convert import config_to_hf, state_to_hf
@@ -64,7 +63,8 @@ def train_flops_per_token(cfg, seq: int, mask_frac: float, full_head: bool) -> f
     return 3 * (L * per_layer + head)
 
 
-def peak_matmul_flops(dtype: torch.dtype, device: str, n: int = 2048, reps: int = 10) -> float:
+def peak_matmul_flops(dtype: torch.dtype, device: torch.device | str, n: int = 2048, reps: int = 10) -> float:
+    """Measured matmul FLOP/s of an n x n product on `device` at `dtype`."""
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
     for _ in range(2):
@@ -77,11 +77,6 @@ def peak_matmul_flops(dtype: torch.dtype, device: str, n: int = 2048, reps: int 
     return 2 * n**3 * reps / (time.perf_counter() - t)
 
 
-def sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="bert-mini")
@@ -89,30 +84,31 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--precision", choices=["auto", "fp32", "bf16", "both"], default="auto")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    device_arg(ap, default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--quick", action="store_true", help="a run of well under a minute")
     args = ap.parse_args()
     if args.quick:  # a smoke run: transformers' fp32 BERT-mini step alone takes ~5 s on 2 cores
         args.steps = 3
+    device = resolve_device(args.device)
     import transformers
     from transformers import BertConfig, BertForPreTraining
 
     torch.manual_seed(0)
     cfg = model_config({"preset": args.preset, "dropout": 0.1})
-    ours = MaskedLM(Encoder(cfg)).to(args.device)
-    hf = BertForPreTraining(BertConfig(**config_to_hf(cfg), attn_implementation="sdpa")).to(args.device)
+    ours = MaskedLM(Encoder(cfg)).to(device)
+    hf = BertForPreTraining(BertConfig(**config_to_hf(cfg), attn_implementation="sdpa")).to(device)
     hf_state = state_to_hf({k: v for k, v in ours.state_dict().items()}, cfg, prefix="bert.")
     hf.load_state_dict(hf_state, strict=False)
     ours.train()
     hf.train()
     opt_kw = {"lr": 1e-4, "weight_decay": 0.01, "eps": 1e-6}
-    if args.device.startswith("cuda"):
+    if device.type == "cuda":
         opt_kw["fused"] = True
     else:
         opt_kw["foreach"] = True
     opt_ours = torch.optim.AdamW(ours.parameters(), **opt_kw)
     opt_hf = torch.optim.AdamW(hf.parameters(), **opt_kw)
-    batches = [b.to(args.device) for b in make_batches(4, args.batch, args.seq, cfg.vocab_size)]
+    batches = [b.to(device) for b in make_batches(4, args.batch, args.seq, cfg.vocab_size)]
 
     def step_ours(b: Batch) -> None:
         loss = ours(b).loss
@@ -132,35 +128,33 @@ def main() -> None:
         opt_hf.step()
         opt_hf.zero_grad(set_to_none=True)
 
-    device = torch.device(args.device)
     specs = ["fp32", "bf16"] if args.precision == "both" else [args.precision]
     precisions = [resolve_precision(p, device) for p in specs]
     tokens = args.batch * args.seq
     results: dict[str, float] = {}
     print(
-        f"{args.preset} seq {args.seq} batch {args.batch} on {args.device}, torch {torch.__version__}, "
+        f"{args.preset} seq {args.seq} batch {args.batch} on {device}, torch {torch.__version__}, "
         f"transformers {transformers.__version__}, threads {torch.get_num_threads()}"
     )
     print(f"precision {'+'.join(precisions)} (--precision {args.precision}), CPU {cpu_capability()}")
     for prec in precisions:
         amp = autocast_dtype(prec)  # bertzoo and transformers run under the same autocast
         dtype = amp or torch.float32
-        ctx = functools.partial(torch.autocast, device.type, dtype=amp) if amp is not None else contextlib.nullcontext
         times = {"bertzoo": 0.0, "transformers": 0.0}
         fns = {"bertzoo": step_ours, "transformers": step_hf}
         for fn in fns.values():  # warm-up
-            with ctx():
+            with autocast(device, amp):
                 fn(batches[0])
         for i in range(args.steps):
             b = batches[i % len(batches)]
             for name in ("bertzoo", "transformers") if i % 2 == 0 else ("transformers", "bertzoo"):
-                sync(args.device)
+                sync(device)
                 t = time.perf_counter()
-                with ctx():
+                with autocast(device, amp):
                     fns[name](b)
-                sync(args.device)
+                sync(device)
                 times[name] += time.perf_counter() - t
-        peak = peak_matmul_flops(dtype, args.device)
+        peak = peak_matmul_flops(dtype, device)
         tps = {k: tokens * args.steps / v for k, v in times.items()}
         mfu_ours = tps["bertzoo"] * train_flops_per_token(cfg, args.seq, 0.15, full_head=False) / peak
         mfu_hf = tps["transformers"] * train_flops_per_token(cfg, args.seq, 0.15, full_head=True) / peak
@@ -181,7 +175,7 @@ def main() -> None:
                 # headline: tokens/s over transformers' at the first precision measured
                 "ratio": results[f"{precisions[0]}_ratio"],
                 "preset": args.preset,
-                "device": args.device,
+                "device": str(device),
                 "precision": "+".join(precisions),
                 "cpu_capability": cpu_capability(),
                 **results,

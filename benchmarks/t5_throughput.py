@@ -22,23 +22,16 @@ tokens/s over transformers'. Last line: JSON with `ratio`.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 
 import torch
+from timing import alternate, autocast, device_arg, resolve_device
 
 from bertzoo.batch import IGNORE_INDEX, Batch
 from bertzoo.precision import autocast_dtype, cpu_capability, resolve_precision
 from bertzoo.variants import t5
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
 
 
 def batches(
@@ -59,20 +52,6 @@ def batches(
     return out
 
 
-def alternate(fns: dict[str, Callable[[], object]], repeats: int, device: torch.device) -> dict[str, list[float]]:
-    """Seconds of each repetition of each side, alternating which runs first (load hits both alike)."""
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    order = list(fns.items())
-    for r in range(repeats):
-        for name, fn in order[:: 1 if r % 2 == 0 else -1]:
-            sync(device)
-            t = time.perf_counter()
-            fn()
-            sync(device)
-            times[name].append(time.perf_counter() - t)
-    return times
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="t5-small")
@@ -85,15 +64,13 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=32, help="greedy tokens generated per source")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto")
-    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    device_arg(ap)
     ap.add_argument("--quick", action="store_true", help="a run of well under a minute")
     args = ap.parse_args()
     if args.quick:
         args.preset, args.vocab, args.batch, args.source, args.target = "t5-mini", 8192, 4, 64, 32
         args.steps, args.gen_batch, args.new, args.repeats = 3, 4, 16, 2
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        sys.exit("--device cuda: no CUDA device here")
+    device = resolve_device(args.device)
     try:
         import transformers
     except ImportError:
@@ -109,9 +86,6 @@ def main() -> None:
     data = batches(args.steps + 1, args.batch, args.source, args.target, args.vocab, device)
     precision = resolve_precision(args.precision, device)
     amp = autocast_dtype(precision)
-
-    def autocast():
-        return torch.autocast(device.type, dtype=amp) if amp is not None else contextlib.nullcontext()
 
     # Same weights, same numbers: the fp32 loss of one batch, before anything is timed or trained.
     ids, mask, labels = data[0]
@@ -134,14 +108,14 @@ def main() -> None:
     }
 
     def step_ours(ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor) -> None:
-        with autocast():
+        with autocast(device, amp):
             loss = ours(Batch(ids, mask, labels=labels)).loss
         loss.backward()
         opt["bertzoo"].step()
         opt["bertzoo"].zero_grad(set_to_none=True)
 
     def step_hf(ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor) -> None:
-        with autocast():
+        with autocast(device, amp):
             loss = ref(input_ids=ids, attention_mask=mask, labels=labels).loss
         loss.backward()
         opt["transformers"].step()
@@ -164,11 +138,11 @@ def main() -> None:
     generated: dict[str, torch.Tensor] = {}
 
     def run_ours() -> None:
-        with autocast():
+        with autocast(device, amp):
             generated["bertzoo"] = ours.generate(sources, source_mask, max_new_tokens=args.new).sequences
 
     def run_hf() -> None:
-        with torch.inference_mode(), autocast():
+        with torch.inference_mode(), autocast(device, amp):
             out = ref.generate(
                 input_ids=sources,
                 attention_mask=source_mask,

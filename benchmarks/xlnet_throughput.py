@@ -18,8 +18,9 @@ difference is the cost of the memory. Steps of the two alternate as above.
 
 Full run: XLNet batch 16 x 128, Transformer-XL batch 16 x 256 in segments of 64, 10 timed steps after 2
 warm-up; --quick: batch 8 for both, 4 timed steps after 1 warm-up (under a minute). --threads sets
-torch's thread count. --precision auto resolves to bf16 only where the CPU runs it natively and faster
-(`bertzoo.precision`), else fp32; both sides run under the same autocast. Last line: JSON with `ratio`.
+torch's thread count. --precision auto resolves to bf16 only where the device runs it natively and faster
+(`bertzoo.precision`), else fp32; both sides run under the same autocast. --device cpu (default) or cuda. Last
+line: JSON with `ratio`.
 
     python benchmarks/xlnet_throughput.py --quick
 """
@@ -27,25 +28,29 @@ torch's thread count. --precision auto resolves to bf16 only where the CPU runs 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from bertzoo.batch import Batch
-from bertzoo.data.plm_collate import PermutationLMCollator
-from bertzoo.data.tokenizer import SpecialIds
-from bertzoo.hub import export_hf
-from bertzoo.objectives.recurrent_lm import RecurrentLM
-from bertzoo.precision import autocast_dtype, cpu_capability, resolve_precision
-from bertzoo.transfo_xl import TransfoXL
-from bertzoo.variants import transfo_xl, xlnet
+if str(Path(__file__).parent) not in sys.path:  # tests load this file by path; timing.py lies beside it
+    sys.path.insert(0, str(Path(__file__).parent))
+from timing import autocast, device_arg, resolve_device, sync  # noqa: E402
+
+from bertzoo.batch import Batch  # noqa: E402
+from bertzoo.data.plm_collate import PermutationLMCollator  # noqa: E402
+from bertzoo.data.tokenizer import SpecialIds  # noqa: E402
+from bertzoo.hub import export_hf  # noqa: E402
+from bertzoo.objectives.recurrent_lm import RecurrentLM  # noqa: E402
+from bertzoo.precision import autocast_dtype, cpu_capability, resolve_precision  # noqa: E402
+from bertzoo.transfo_xl import TransfoXL  # noqa: E402
+from bertzoo.variants import transfo_xl, xlnet  # noqa: E402
 
 SPECIAL = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)
 FIRST_ORDINARY = 5  # ids below are the special tokens above
@@ -65,9 +70,12 @@ def blocks(n: int, batch: int, length: int, vocab: int, seed: int = 0) -> list[l
     return out
 
 
-def warm_then_interleave(fns: dict[str, Callable[[int], object]], warmup: int, steps: int) -> dict[str, list[float]]:
+def warm_then_interleave(
+    fns: dict[str, Callable[[int], object]], warmup: int, steps: int, device: torch.device
+) -> dict[str, list[float]]:
     """Seconds of each timed step of each side. fn(i) runs step i (its batch i): first `warmup` untimed steps of
-    each, then one step of each in turn, the order alternating from step to step (load hits both alike)."""
+    each, then one step of each in turn, the order alternating from step to step (load hits both alike); each
+    timing is synchronised with the device."""
     for i in range(warmup):
         for fn in fns.values():
             fn(i)
@@ -75,13 +83,15 @@ def warm_then_interleave(fns: dict[str, Callable[[int], object]], warmup: int, s
     order = list(fns.items())
     for i in range(warmup, warmup + steps):
         for name, fn in order[:: 1 if i % 2 == 0 else -1]:
+            sync(device)
             t = time.perf_counter()
             fn(i)
+            sync(device)
             times[name].append(time.perf_counter() - t)
     return times
 
 
-def xlnet_row(args: argparse.Namespace, transformers, autocast: Callable) -> dict:
+def xlnet_row(args: argparse.Namespace, transformers, device: torch.device, amp: torch.dtype | None) -> dict:
     """The XLNet training step of both sides: the fp32 loss check, then the interleaved timing."""
     torch.manual_seed(0)
     spec = {"preset": args.preset, "vocab_size": args.vocab, "dropout": 0.0, "attention_dropout": 0.0}
@@ -89,9 +99,10 @@ def xlnet_row(args: argparse.Namespace, transformers, autocast: Callable) -> dic
     with tempfile.TemporaryDirectory() as tmp:
         export_hf(ours, tmp)
         ref = transformers.XLNetLMHeadModel.from_pretrained(tmp)
-    ours.train(), ref.train()
+    ours.to(device).train(), ref.to(device).train()
     collate = PermutationLMCollator(SPECIAL, vocab_size=args.vocab, seed=0, pad_to_multiple_of=1)
-    data = [collate(rows) for rows in blocks(args.warmup + args.steps, args.batch, args.length, args.vocab)]
+    rows = blocks(args.warmup + args.steps, args.batch, args.length, args.vocab)
+    data = [collate(r).to(device) for r in rows]
 
     def hf_loss(b: Batch) -> torch.Tensor:
         return ref(
@@ -122,7 +133,7 @@ def xlnet_row(args: argparse.Namespace, transformers, autocast: Callable) -> dic
 
     def step(name: str, loss_of: Callable[[Batch], torch.Tensor]) -> Callable[[int], None]:
         def run(i: int) -> None:
-            with autocast():
+            with autocast(device, amp):
                 loss = loss_of(data[i])
             loss.backward()
             opt[name].step()
@@ -131,7 +142,7 @@ def xlnet_row(args: argparse.Namespace, transformers, autocast: Callable) -> dic
         return run
 
     steps = {"bertzoo": step("bertzoo", lambda b: ours(b).loss), "transformers": step("transformers", hf_loss)}
-    times = warm_then_interleave(steps, args.warmup, args.steps)
+    times = warm_then_interleave(steps, args.warmup, args.steps, device)
     median = {k: statistics.median(v) for k, v in times.items()}
     return {
         "loss_diff": loss_diff,
@@ -142,11 +153,11 @@ def xlnet_row(args: argparse.Namespace, transformers, autocast: Callable) -> dic
     }
 
 
-def transfo_xl_row(args: argparse.Namespace, autocast: Callable) -> dict[str, float]:
+def transfo_xl_row(args: argparse.Namespace, device: torch.device, amp: torch.dtype | None) -> dict[str, float]:
     """Tokens/s of a Transformer-XL training step over blocks read in segments, with memory and without."""
     torch.manual_seed(0)
     spec = {"preset": args.xl_preset, "vocab_size": args.vocab, "mem_len": args.segment}
-    model = TransfoXL(transfo_xl.model_config({**spec, "dropout": 0.0, "attention_dropout": 0.0})).train()
+    model = TransfoXL(transfo_xl.model_config({**spec, "dropout": 0.0, "attention_dropout": 0.0})).to(device).train()
     lm = {
         "memory": RecurrentLM(model, segment_len=args.segment, memory=True),
         "no_memory": RecurrentLM(model, segment_len=args.segment, memory=False),
@@ -154,11 +165,12 @@ def transfo_xl_row(args: argparse.Namespace, autocast: Callable) -> dict[str, fl
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     g = torch.Generator().manual_seed(1)
     shape = (args.warmup + args.steps, args.xl_batch, args.xl_length)
-    data = [Batch(ids, torch.ones_like(ids)) for ids in torch.randint(FIRST_ORDINARY, args.vocab, shape, generator=g)]
+    ids = torch.randint(FIRST_ORDINARY, args.vocab, shape, generator=g).to(device)
+    data = [Batch(block, torch.ones_like(block)) for block in ids]
 
     def step(name: str) -> Callable[[int], None]:
         def run(i: int) -> None:
-            with autocast():
+            with autocast(device, amp):
                 loss = lm[name](data[i]).loss
             loss.backward()
             opt.step()
@@ -166,7 +178,7 @@ def transfo_xl_row(args: argparse.Namespace, autocast: Callable) -> dict[str, fl
 
         return run
 
-    times = warm_then_interleave({name: step(name) for name in lm}, args.warmup, args.steps)
+    times = warm_then_interleave({name: step(name) for name in lm}, args.warmup, args.steps, device)
     return {k: args.xl_batch * args.xl_length / statistics.median(v) for k, v in times.items()}
 
 
@@ -184,6 +196,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--segment", type=int, default=64, help="Transformer-XL segment length (= mem_len)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto")
+    device_arg(ap)
     ap.add_argument("--quick", action="store_true", help="a run of well under a minute")
     args = ap.parse_args(argv)
     if args.quick:
@@ -191,23 +204,20 @@ def main(argv: list[str] | None = None) -> dict:
         args.xl_batch, args.xl_length = 8, 256
     if args.threads:
         torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
     try:
         import transformers
     except ImportError:
         sys.exit("needs transformers: pip install 'bertzoo[hf]'")
     transformers.utils.logging.disable_progress_bar()  # "Loading weights" would interleave with the report
-    cpu = torch.device("cpu")
-    precision = resolve_precision(args.precision, cpu)
+    precision = resolve_precision(args.precision, device)
     amp = autocast_dtype(precision)
 
-    def autocast():
-        return torch.autocast("cpu", dtype=amp) if amp is not None else contextlib.nullcontext()
-
-    x = xlnet_row(args, transformers, autocast)
+    x = xlnet_row(args, transformers, device, amp)
     sps, tps = x["steps_per_s"], x["tokens_per_s"]
     ratio = tps["bertzoo"] / tps["transformers"]
     print(
-        f"{args.preset} (vocab {args.vocab}), precision {precision}, CPU {cpu_capability()}, "
+        f"{args.preset} (vocab {args.vocab}) on {device}, precision {precision}, CPU {cpu_capability()}, "
         f"threads {torch.get_num_threads()}, torch {torch.__version__}, transformers {transformers.__version__}"
     )
     print(
@@ -219,7 +229,7 @@ def main(argv: list[str] | None = None) -> dict:
         f"{sps['transformers']:.2f} steps/s {tps['transformers']:,.0f} tokens/s  ratio {ratio:.2f}x"
     )
 
-    xl_tps = transfo_xl_row(args, autocast)
+    xl_tps = transfo_xl_row(args, device, amp)
     print(
         f"Transformer-XL training step ({args.xl_preset}), batch {args.xl_batch} x {args.xl_length} in segments of "
         f"{args.segment}, mem_len {args.segment} (bertzoo alone; transformers 5 has no Transformer-XL):"
@@ -233,6 +243,7 @@ def main(argv: list[str] | None = None) -> dict:
         "preset": args.preset,
         "batch": args.batch,
         "length": args.length,
+        "device": str(device),
         "precision": precision,
         "cpu_capability": cpu_capability(),
         "threads": torch.get_num_threads(),
