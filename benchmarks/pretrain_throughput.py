@@ -85,6 +85,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--precision", choices=["auto", "fp32", "bf16", "both"], default="auto")
     device_arg(ap, default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--compile", action="store_true", help="both sides under torch.compile (compiled in the warm-up)")
     ap.add_argument("--quick", action="store_true", help="a run of well under a minute")
     args = ap.parse_args()
     if args.quick:  # a smoke run: transformers' fp32 BERT-mini step alone takes ~5 s on 2 cores
@@ -101,6 +102,8 @@ def main() -> None:
     hf.load_state_dict(hf_state, strict=False)
     ours.train()
     hf.train()
+    # The modules called in the steps: compiled wrappers share the parameters the optimizers update.
+    run_ours, run_hf = (torch.compile(ours), torch.compile(hf)) if args.compile else (ours, hf)
     opt_kw = {"lr": 1e-4, "weight_decay": 0.01, "eps": 1e-6}
     if device.type == "cuda":
         opt_kw["fused"] = True
@@ -111,13 +114,13 @@ def main() -> None:
     batches = [b.to(device) for b in make_batches(4, args.batch, args.seq, cfg.vocab_size)]
 
     def step_ours(b: Batch) -> None:
-        loss = ours(b).loss
+        loss = run_ours(b).loss
         loss.backward()
         opt_ours.step()
         opt_ours.zero_grad(set_to_none=True)
 
     def step_hf(b: Batch) -> None:
-        out = hf(
+        out = run_hf(
             input_ids=b.input_ids,
             attention_mask=b.attention_mask,
             token_type_ids=b.token_type_ids,
@@ -136,15 +139,19 @@ def main() -> None:
         f"{args.preset} seq {args.seq} batch {args.batch} on {device}, torch {torch.__version__}, "
         f"transformers {transformers.__version__}, threads {torch.get_num_threads()}"
     )
-    print(f"precision {'+'.join(precisions)} (--precision {args.precision}), CPU {cpu_capability()}")
+    print(
+        f"precision {'+'.join(precisions)} (--precision {args.precision}), CPU {cpu_capability()}, "
+        f"torch.compile {'on' if args.compile else 'off'}"
+    )
     for prec in precisions:
         amp = autocast_dtype(prec)  # bertzoo and transformers run under the same autocast
         dtype = amp or torch.float32
         times = {"bertzoo": 0.0, "transformers": 0.0}
         fns = {"bertzoo": step_ours, "transformers": step_hf}
-        for fn in fns.values():  # warm-up
-            with autocast(device, amp):
-                fn(batches[0])
+        for fn in fns.values():  # warm-up (under --compile: every batch shape compiled before timing)
+            for b in batches if args.compile else batches[:1]:
+                with autocast(device, amp):
+                    fn(b)
         for i in range(args.steps):
             b = batches[i % len(batches)]
             for name in ("bertzoo", "transformers") if i % 2 == 0 else ("transformers", "bertzoo"):
@@ -177,6 +184,7 @@ def main() -> None:
                 "preset": args.preset,
                 "device": str(device),
                 "precision": "+".join(precisions),
+                "compile": args.compile,
                 "cpu_capability": cpu_capability(),
                 **results,
             }

@@ -8,10 +8,13 @@ mkdir -p "$out"
 export PYTHONPATH=$PWD:$PWD/.gpu_site PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 python3 -c "import torch, transformers; print('torch', torch.__version__, torch.version.cuda, torch.cuda.get_device_name(), 'transformers', transformers.__version__)"
-timeout 300 python3 -m pytest -q -n 12 -p no:cacheprovider --timeout 240 tests > "$out/pytest.log" 2>&1
+timeout 220 python3 -m pytest -q -n 12 -p no:cacheprovider --timeout 200 tests > "$out/pytest.log" 2>&1
 echo "pytest exit $?"; grep -E "passed|failed" "$out/pytest.log" | tail -1
 grep -E "^(FAILED|ERROR)" "$out/pytest.log" | cut -c1-230 | head -40
-for args in "--preset bert-base --precision both --steps 20" "--preset bert-mini --precision bf16"; do
-  timeout 100 python3 benchmarks/pretrain_throughput.py --device cuda $args 2>&1 | tail -4
-done
-timeout 100 python3 benchmarks/t5_throughput.py --device cuda 2>&1 | tail -4
+# Each benchmark's tail goes to the terminal and to OUT/bench.log, so a run cut short keeps what finished.
+bench() { timeout "$1" python3 "${@:2}" 2>&1 | tail -3 | tee -a "$out/bench.log"; }
+bench 150 benchmarks/pretrain_throughput.py --device cuda --preset bert-base --precision bf16 --steps 20 --compile
+for b in gpt_throughput generate_throughput xlnet_throughput; do bench 90 benchmarks/$b.py --device cuda; done
+bench 100 benchmarks/pretrain_throughput.py --device cuda --preset bert-base --precision both --steps 20
+bench 60 benchmarks/pretrain_throughput.py --device cuda --preset bert-mini --precision bf16
+bench 100 benchmarks/t5_throughput.py --device cuda
