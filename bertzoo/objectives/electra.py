@@ -221,9 +221,10 @@ class Electra(nn.Module):
             self.generator.requires_grad_(False)
 
     @property
-    def word_tables_loaded(self) -> bool:
-        """True in the second stage: both models' word tables come from the stage-generator checkpoint (so a
-        count-based start, `word_embedding_init`, does not replace them)."""
+    def generator_loaded(self) -> bool:
+        """True in the second stage: the generator, its masked-LM head and the word tables it shares with the
+        discriminator come from the stage-generator checkpoint (so neither count-based start,
+        `word_embedding_init` or `mlm_bias_init`, replaces them)."""
         return self.stage == "discriminator"
 
     @property

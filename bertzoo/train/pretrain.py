@@ -75,7 +75,12 @@ def build_pretraining(cfg: PretrainConfig):
 
     if cfg.word_embedding_init == "ppmi-svd":
         init_word_vectors(objective, corpus, tokenizer.vocab_size, tokenizer.special_ids, cfg)
-    if cfg.mlm_bias_init == "unigram":
+    if cfg.mlm_bias_init == "unigram" and getattr(objective, "generator_loaded", False):
+        from bertzoo.train.distributed import is_main
+
+        if is_main():  # ELECTRA's second stage: the frozen generator's bias is the generator run's
+            print("mlm_bias_init skipped: the masked-LM head comes from the generator checkpoint")
+    elif cfg.mlm_bias_init == "unigram":
         if not init_mlm_bias(objective, train_counts()):
             raise ConfigError(
                 f"mlm_bias_init: unigram needs a masked-LM output bias, which the {cfg.variant} model has none of "
@@ -119,7 +124,7 @@ def init_word_vectors(objective: torch.nn.Module, corpus, vocab_size: int, speci
     from bertzoo.train.distributed import is_main
     from bertzoo.word_vectors import cooccurrence, load_word_vectors, ppmi, svd_vectors, word_tables
 
-    if getattr(objective, "word_tables_loaded", False):  # ELECTRA's second stage: the generator run's tables
+    if getattr(objective, "generator_loaded", False):  # ELECTRA's second stage: the generator run's tables
         if is_main():
             print("word vectors: the word tables come from the generator checkpoint; word_embedding_init skipped")
         return
