@@ -73,14 +73,23 @@ def build_pretraining(cfg: PretrainConfig):
         """Training-token frequencies, streamed over the shards once however many uses need them."""
         return unigram_counts(corpus, tokenizer.vocab_size, tokenizer.special_ids)
 
-    if cfg.word_embedding_init == "ppmi-svd":
-        init_word_vectors(objective, corpus, tokenizer.vocab_size, tokenizer.special_ids, cfg)
-    if cfg.mlm_bias_init == "unigram" and getattr(objective, "generator_loaded", False):
+    ppmi_start, unigram_start = cfg.word_embedding_init == "ppmi-svd", cfg.mlm_bias_init == "unigram"
+    # ELECTRA's second stage: the word tables and the frozen generator's masked-LM head are the generator run's,
+    # so neither count-based start replaces them.
+    loaded = getattr(objective, "generator_loaded", False)
+    if loaded and (ppmi_start or unigram_start):
         from bertzoo.train.distributed import is_main
 
-        if is_main():  # ELECTRA's second stage: the frozen generator's bias is the generator run's
-            print("mlm_bias_init skipped: the masked-LM head comes from the generator checkpoint")
-    elif cfg.mlm_bias_init == "unigram":
+        skipped = [
+            f"{name} skipped"
+            for name, on in (("word_embedding_init", ppmi_start), ("mlm_bias_init", unigram_start))
+            if on
+        ]
+        if is_main():
+            print(f"the generator checkpoint supplies the word tables and masked-LM head: {', '.join(skipped)}")
+    if ppmi_start and not loaded:
+        init_word_vectors(objective, corpus, tokenizer.vocab_size, tokenizer.special_ids, cfg)
+    if unigram_start and not loaded:
         if not init_mlm_bias(objective, train_counts()):
             raise ConfigError(
                 f"mlm_bias_init: unigram needs a masked-LM output bias, which the {cfg.variant} model has none of "
@@ -124,10 +133,6 @@ def init_word_vectors(objective: torch.nn.Module, corpus, vocab_size: int, speci
     from bertzoo.train.distributed import is_main
     from bertzoo.word_vectors import cooccurrence, load_word_vectors, ppmi, svd_vectors, word_tables
 
-    if getattr(objective, "generator_loaded", False):  # ELECTRA's second stage: the generator run's tables
-        if is_main():
-            print("word vectors: the word tables come from the generator checkpoint; word_embedding_init skipped")
-        return
     tables = word_tables(objective)
     if not tables:
         raise ConfigError(
