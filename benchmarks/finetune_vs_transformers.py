@@ -28,7 +28,6 @@ accuracies, both training times and the ratio; the last line is JSON.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import json
 import math
@@ -38,21 +37,9 @@ import tempfile
 import time
 
 import torch
+from timing import autocast, sync
 
 from bertzoo.precision import autocast_dtype, cpu_capability, resolve_precision
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def autocast(device: torch.device, precision: str):
-    """The autocast context of a resolved precision (the same dtype bertzoo's Trainer uses)."""
-    dtype = autocast_dtype(precision)
-    if dtype is not None:
-        return torch.autocast(device.type, dtype=dtype)
-    return contextlib.nullcontext()
 
 
 def subset(examples: list[dict], n: int | None, seed: int) -> list[dict]:
@@ -159,7 +146,7 @@ class TransformersRun:
             self.padded += ids.numel()
             self.real += int(mask.sum())
             ids, mask, y = ids.to(self.device), mask.to(self.device), y.to(self.device)
-            with autocast(self.device, self.t.precision):
+            with autocast(self.device, autocast_dtype(self.t.precision)):
                 out = self.model(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids), labels=y)
             out.loss.backward()
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.t.clip_norm, foreach=True)
@@ -176,7 +163,7 @@ class TransformersRun:
         with torch.inference_mode():
             for start in range(0, len(gold), 128):
                 ids, mask, _ = self.collate([(x, 0) for x in enc["input_ids"][start : start + 128]])
-                with autocast(self.device, self.t.precision):
+                with autocast(self.device, autocast_dtype(self.t.precision)):
                     logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits
                 correct += int((logits.argmax(-1).cpu() == gold[start : start + 128]).sum())
         return correct / len(gold)
