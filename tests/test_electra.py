@@ -177,6 +177,54 @@ def test_embeddings_are_shared_and_the_generator_is_smaller():
     assert gen.word.weight.data_ptr() == disc.word.weight.data_ptr()
 
 
+def test_disentangled_sharing_keeps_the_rtd_gradient_out_of_the_generators_table():
+    """DeBERTaV3's E_D = sg(E_G) + delta: both start equal, RTD moves delta only, the generator's table only
+    the masked LM (its gradient the same with or without RTD); position/segment/LayerNorm stay shared."""
+    batch = masked_batch(seed=4)
+    grads = {}
+    for weight in (50.0, 0.0):
+        model = tiny_electra(seed=4, rtd_weight=weight, embedding_sharing="disentangled").eval()
+        gen, disc = model.generator.encoder.embeddings, model.discriminator.encoder.embeddings
+        assert disc.word.shared is gen.word and model.generator.mlm_head.decoder.weight is gen.word.weight
+        for name in ("position", "token_type", "norm"):
+            assert getattr(gen, name) is getattr(disc, name)
+        ids = batch.input_ids
+        assert torch.equal(disc.word(ids), gen.word(ids)) and not disc.word.delta.any()
+        model(batch).loss.backward()
+        grads[weight] = gen.word.weight.grad.clone()
+        assert (disc.word.delta.grad.abs().sum() > 0) == (weight > 0)
+    torch.testing.assert_close(grads[50.0], grads[0.0], rtol=0, atol=0)
+    plain = tiny_electra(seed=4).eval()  # the paper's sharing: RTD does reach the one table
+    plain(batch).loss.backward()
+    assert not torch.allclose(plain.discriminator.encoder.embeddings.word.weight.grad, grads[0.0])
+
+
+def test_disentangled_checkpoint_stores_the_merged_table_and_loads_back_exactly(tmp_path):
+    model = tiny_electra(seed=8, embedding_sharing="disentangled").eval()
+    word = model.discriminator.encoder.embeddings.word
+    with torch.no_grad():
+        word.delta.normal_(0, 0.3)
+    merged = model.generator.encoder.embeddings.word.weight.detach() + word.delta.detach()
+    model.save_pretrained(tmp_path / "ckpt")
+    stored = load_file(tmp_path / "ckpt" / "model.safetensors")
+    assert json.loads((tmp_path / "ckpt" / "config.json").read_text())["embedding_sharing"] == "disentangled"
+    assert torch.equal(stored["discriminator.encoder.embeddings.word.weight"], merged)
+    assert not any(k.endswith("word.delta") for k in stored)
+    again = load_pretraining(tmp_path / "ckpt").eval()
+    assert again.embedding_sharing == "disentangled"
+    assert torch.equal(again.discriminator.encoder.embeddings.word.delta, word.delta)
+    batch = masked_batch(seed=8)
+    torch.testing.assert_close(again(batch).loss, model(batch).loss, rtol=0, atol=0)
+    # Every loader sees an ordinary discriminator with the merged table.
+    encoder = load_encoder(tmp_path / "ckpt").eval()
+    assert isinstance(encoder.embeddings.word, torch.nn.Embedding)
+    assert torch.equal(encoder.embeddings.word.weight, merged)
+    ids, am = batch.input_ids, batch.attention_mask
+    torch.testing.assert_close(
+        encoder(ids, am).last_hidden_state, model.discriminator.encoder(ids, am).last_hidden_state, rtol=0, atol=0
+    )
+
+
 @pytest.mark.parametrize(
     "preset,hidden,heads,inter,width",
     [("electra-small", 64, 1, 256, 128), ("electra-base", 256, 4, 1024, 768), ("electra-large", 256, 4, 1024, 1024)],
@@ -234,6 +282,10 @@ def test_objective_args_are_validated():
         build(cfg, stage="both")
     with pytest.raises(ConfigError, match="generator_checkpoint"):
         build(cfg, stage="discriminator")
+    with pytest.raises(ConfigError, match="embedding_sharing"):
+        build(cfg, embedding_sharing="tied")
+    with pytest.raises(ConfigError, match="stage joint"):
+        build(cfg, stage="generator", embedding_sharing="disentangled")
     with pytest.raises(ConfigError, match="electra"):
         build(cfg, objective="mlm+nsp")
     mlm = build(cfg, objective="mlm")
@@ -463,6 +515,22 @@ def test_joint_objective_exports_both_models_and_joins_them_back(tmp_path):
         torch.testing.assert_close(joined.state_dict()[k], v, atol=0, rtol=0, msg=k)
 
 
+def test_disentangled_objective_exports_the_merged_discriminator(tmp_path):
+    model = tiny_electra(seed=5, embedding_sharing="disentangled").eval()
+    with torch.no_grad():
+        model.discriminator.encoder.embeddings.word.delta.normal_(0, 0.3)
+    export_hf(model, tmp_path / "hf")
+    disc = transformers.ElectraForPreTraining.from_pretrained(tmp_path / "hf").eval()
+    ids, am, tt = hf_inputs(seed=5)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            disc(input_ids=ids, attention_mask=am, token_type_ids=tt).logits[am.bool()],
+            model.discriminator.logits(ids, am, tt)[am.bool()],
+            atol=1e-5,
+            rtol=0,
+        )
+
+
 # --- the assembled pipeline ---------------------------------------------------------------------
 
 
@@ -500,14 +568,16 @@ def test_collator_keys_sampling_noise_by_example_not_by_batch(synthetic_shards, 
     assert not torch.equal(later.extra[SAMPLE_UNIFORM][0, :n], a.extra[SAMPLE_UNIFORM][2, :n])
 
 
-def test_pretraining_from_the_config_resumes_exactly(synthetic_shards, tmp_path):
+@pytest.mark.parametrize("sharing", ["shared", "disentangled"])
+def test_pretraining_from_the_config_resumes_exactly(synthetic_shards, tmp_path, sharing):
     """6 steps straight == 3 steps, a SIGTERM, then a resume (the generator's samples included)."""
     from bertzoo.train.loop import Trainer
     from bertzoo.train.pretrain import build_pretraining, pretrain
 
-    straight = pretrain(tiny_run_config(synthetic_shards, tmp_path / "a"))
+    args = {"objective_args.embedding_sharing": sharing}
+    straight = pretrain(tiny_run_config(synthetic_shards, tmp_path / "a", **args))
     assert straight["steps"] == 6
-    cfg = tiny_run_config(synthetic_shards, tmp_path / "b")
+    cfg = tiny_run_config(synthetic_shards, tmp_path / "b", **args)
     objective, dataset, collator, tokenizer = build_pretraining(cfg)
     assert isinstance(objective, Electra) and objective.generator_config.hidden_size == 8
 
@@ -517,7 +587,7 @@ def test_pretraining_from_the_config_resumes_exactly(synthetic_shards, tmp_path)
 
     first = Trainer(objective, dataset, collator, cfg.train, save_extra=tokenizer.save, callbacks=[stop]).train()
     assert first["steps"] == 3
-    resumed = pretrain(tiny_run_config(synthetic_shards, tmp_path / "b"), resume="auto")
+    resumed = pretrain(tiny_run_config(synthetic_shards, tmp_path / "b", **args), resume="auto")
     assert resumed["steps"] == 6
     a = load_file(tmp_path / "a" / "final" / "model.safetensors")
     b = load_file(tmp_path / "b" / "final" / "model.safetensors")

@@ -14,6 +14,11 @@ LayerNorm), as Google's implementation does by building both under one `electra/
 each model keeps its own projection from the embedding width E to its hidden size. The generator's
 MLM head projects back to E and its decoder is the shared word table.
 
+`embedding_sharing: disentangled` is DeBERTaV3's gradient-disentangled embedding sharing (He et al. 2021) in
+place of the paper's plain sharing: the discriminator reads E_D = sg(E_G) + delta, so its RTD gradient never
+moves the generator's word table E_G, which learns from the masked LM alone (a "tug of war" there, in their
+words; at CPU budgets it wiped the count-based start: docs/variants.md). Only the word table is disentangled.
+
 Stages (`stage`): "joint" (the paper's default) trains both; "generator" trains the generator alone
 (MLM, the discriminator is not run); "discriminator" freezes the generator, gives the discriminator
 its own copy of the embeddings and trains RTD only: the paper's two-stage procedure, whose
@@ -40,6 +45,11 @@ from bertzoo.objectives.base import ObjectiveOutput
 from bertzoo.objectives.mlm import MaskedLM, masked_lm_loss
 
 STAGES = ("joint", "generator", "discriminator")
+# "shared": one word table for both models (the paper's); "disentangled": DeBERTaV3's E_D = sg(E_G) + delta.
+EMBEDDING_SHARING = ("shared", "disentangled")
+# Where a disentangled objective keeps its exact delta in a checkpoint: outside the discriminator's encoder
+# (whose word table is stored merged, so every loader sees an ordinary ELECTRA), read back only on resume.
+DELTA_KEY = "discriminator.word_delta"
 # Batch.extra key: one uniform in [0, 1) per position, keyed by (seed, epoch, example, position) in the
 # collator, so the generator's samples do not depend on batch composition and repeat exactly on resume.
 SAMPLE_UNIFORM = "sample_uniform"
@@ -175,6 +185,61 @@ def share_embeddings(generator: Encoder, discriminator: Encoder) -> None:
         setattr(generator.embeddings, name, theirs)
 
 
+class DisentangledWordEmbedding(nn.Module):
+    """The discriminator's word table under gradient-disentangled sharing: E_D = sg(E_G) + delta.
+
+    `delta` starts at zero, so both models begin from one table (a count-based start included); the RTD
+    gradient reaches `delta` only, and E_G moves with the generator's masked LM. Its state dict holds the merged
+    table as `weight`, an ordinary word table to every loader, exporter and fine-tuning run."""
+
+    def __init__(self, shared: nn.Embedding) -> None:
+        super().__init__()
+        self._shared = (shared,)  # a tuple, not a submodule: the generator owns and saves the table
+        self.delta = nn.Parameter(torch.zeros_like(shared.weight))
+        self.padding_idx = shared.padding_idx
+        self.num_embeddings, self.embedding_dim = shared.num_embeddings, shared.embedding_dim
+        self._register_state_dict_hook(_merged_word_table)
+
+    @property
+    def shared(self) -> nn.Embedding:
+        """The generator's table E_G."""
+        return self._shared[0]
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """E_D as the discriminator sees it (no gradient into E_G)."""
+        return self.shared.weight.detach() + self.delta
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.shared(input_ids).detach() + F.embedding(input_ids, self.delta, self.padding_idx)
+
+
+def _merged_word_table(module: DisentangledWordEmbedding, state: dict, prefix: str, _meta: Any) -> None:
+    """State-dict hook: the merged table E_G + delta under `weight`, in place of `delta`."""
+    del state[prefix + "delta"]
+    state[prefix + "weight"] = module.weight.detach()
+
+
+def _keep_exact_delta(module: Electra, state: dict, prefix: str, _meta: Any) -> None:
+    """State-dict hook: delta itself beside the merged table, so a resumed run continues bit for bit
+    ((E_G + delta) - E_G need not round back to delta)."""
+    state[prefix + DELTA_KEY] = module.discriminator.encoder.embeddings.word.delta.detach()
+
+
+def _split_merged(module: Electra, state: dict, prefix: str, *_: Any) -> None:
+    """Load pre-hook: delta from its exact copy in place of the merged table (without the copy both stay, and
+    a strict load names the mismatch)."""
+    delta = state.pop(prefix + DELTA_KEY, None)
+    if delta is not None:
+        state.pop(prefix + "discriminator.encoder.embeddings.word.weight", None)
+        state[prefix + "discriminator.encoder.embeddings.word.delta"] = delta
+
+
+def disentangle_word_table(discriminator: Encoder) -> None:
+    """Give `discriminator` (whose word table the generator shares) E_D = sg(E_G) + delta in place of the table."""
+    discriminator.embeddings.word = DisentangledWordEmbedding(discriminator.embeddings.word)
+
+
 class Electra(nn.Module):
     """The ELECTRA pretraining objective: `generator` (a MaskedLM) + `discriminator` (a Discriminator).
 
@@ -192,10 +257,22 @@ class Electra(nn.Module):
         rtd_weight: float = 50.0,
         stage: str = "joint",
         sample_temperature: float = 1.0,
+        embedding_sharing: str = "shared",
     ) -> None:
         super().__init__()
         if stage not in STAGES:
             raise ConfigError(f"objective_args.stage={stage!r} is not allowed; choose one of: {', '.join(STAGES)}")
+        if embedding_sharing not in EMBEDDING_SHARING:
+            raise ConfigError(
+                f"objective_args.embedding_sharing={embedding_sharing!r} is not allowed; "
+                f"choose one of: {', '.join(EMBEDDING_SHARING)}"
+            )
+        if embedding_sharing == "disentangled" and stage != "joint":
+            raise ConfigError(
+                "objective_args.embedding_sharing: disentangled applies to stage joint (the two-stage run trains one "
+                "model at a time); remove it"
+            )
+        self.embedding_sharing = embedding_sharing
         if rtd_weight < 0:
             raise ConfigError(f"objective_args.rtd_weight must be >= 0, got {rtd_weight}")
         self.rtd_weight = float(rtd_weight)
@@ -213,6 +290,10 @@ class Electra(nn.Module):
         self.shared_embeddings = stage != "discriminator"
         if self.shared_embeddings:
             share_embeddings(gen_encoder, self.discriminator.encoder)
+        if embedding_sharing == "disentangled":  # after sharing: E_G is the table both now hold
+            disentangle_word_table(self.discriminator.encoder)
+            self._register_state_dict_hook(_keep_exact_delta)
+            self._register_load_state_dict_pre_hook(_split_merged, with_module=True)
         self.generator = make_generator(gen_encoder)
         if stage == "generator":  # only the generator (and the embeddings it shares) trains
             self.discriminator.requires_grad_(False)
@@ -311,6 +392,7 @@ class Electra(nn.Module):
             "stage": self.stage,
             "rtd_weight": self.rtd_weight,
             "sample_temperature": self.sample_temperature,
+            "embedding_sharing": self.embedding_sharing,
             "generator": self.generator_config.to_dict(),
         }
 

@@ -12,6 +12,8 @@ for "electra":
     sample_temperature    the generator's samples are drawn from softmax(logits / T) (default 1, the paper's)
     rtd_prior             start the RTD logit at the log-odds of this replaced share (e.g. 0.15) instead of 0
                           (null, Google's); an initialisation only, not saved
+    embedding_sharing     shared (default, the paper's: one word table) | disentangled (DeBERTaV3's gradient-
+                          disentangled sharing: RTD never moves the generator's table; stage joint only)
     stage                 joint (default) | generator | discriminator
     generator_checkpoint  stage discriminator: the stage-generator run's checkpoint to sample from
 
@@ -73,6 +75,7 @@ OBJECTIVE_ARGS = (
     "generator_checkpoint",
     "sample_temperature",
     "rtd_prior",
+    "embedding_sharing",
 )
 SAMPLE_STREAM = "electra-sample"
 
@@ -150,7 +153,14 @@ def _electra(config: ModelConfig, args: dict[str, Any]) -> Electra:
             raise ConfigError("objective_args.generator_checkpoint is read by stage discriminator only; remove it")
         size = args.get("generator_size")
         gen_cfg = generator_config(config, default_generator_size(config) if size is None else size, overrides)
-        return Electra(config, gen_cfg, rtd_weight=rtd_weight, stage=stage, sample_temperature=temperature)
+        return Electra(
+            config,
+            gen_cfg,
+            rtd_weight=rtd_weight,
+            stage=stage,
+            sample_temperature=temperature,
+            embedding_sharing=args.get("embedding_sharing", "shared"),
+        )
     # Two-stage ELECTRA, second stage: the generator (and its config) come from the first stage's run.
     if not checkpoint:
         raise ConfigError(
@@ -164,7 +174,12 @@ def _electra(config: ModelConfig, args: dict[str, Any]) -> Electra:
             f"{config.vocab_size}; use the same tokenizer for both stages"
         )
     model = Electra(
-        config, generator.config, rtd_weight=rtd_weight, stage="discriminator", sample_temperature=temperature
+        config,
+        generator.config,
+        rtd_weight=rtd_weight,
+        stage="discriminator",
+        sample_temperature=temperature,
+        embedding_sharing=args.get("embedding_sharing", "shared"),
     )
     io.load_into(model.generator, generator.state_dict(), source=str(checkpoint))
     model.init_discriminator_from_generator()
@@ -207,6 +222,7 @@ def pretraining_model(raw: dict[str, Any], config: ModelConfig, state: dict[str,
             rtd_weight=raw.get("rtd_weight", 50.0),
             stage=raw.get("stage", "joint"),
             sample_temperature=raw.get("sample_temperature", 1.0),
+            embedding_sharing=raw.get("embedding_sharing", "shared"),
         )
     if any(k.startswith("rtd_head.") for k in state):
         return Discriminator(Encoder(config))
