@@ -1,0 +1,165 @@
+"""Fine-tuned accuracy against pretraining budget: where each family starts to pay off, and where ELECTRA
+catches up with BERT (issue 11, item 5: "if the paper's ordering does not hold, show with a curve over the
+budget where it starts to").
+
+Each budget is one `benchmarks/objectives_small.py` run (the same corpus, tokenizers, recipes and
+fine-tuning as the equal-budget table), kept in `--out/s<sequences>`; the tokenizer shards and the
+random-init row are made once and shared by every budget. Finished runs are reused, so the curve grows a
+point at a time. Writes `--out/curve.json` and a picture (`--plot`); the last line is JSON with, per
+family, dev accuracy mean and sd at each budget and `ratio`: ELECTRA's mean over BERT's at the largest
+budget where both ran.
+
+    python scripts/budget_curve.py --families bert electra --budgets 8000 16000 32000 48000 --seeds 2
+    python scripts/budget_curve.py --budgets 16000 32000 --no-run     # table and picture from what exists
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bertzoo.precision import cpu_capability
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from objectives_small import FAMILIES, RANDOM_INIT  # noqa: E402
+
+OBJECTIVES_SMALL = Path(__file__).resolve().parents[1] / "benchmarks" / "objectives_small.py"
+
+
+def budget_dir(out: Path, sequences: int) -> Path:
+    return out / f"s{sequences}"
+
+
+def share_common(out: Path, budgets: list[int]) -> None:
+    """Link the first budget's tokenizer shards and random-init runs into every other budget's directory."""
+    first = budget_dir(out, budgets[0])
+    for sequences in budgets[1:]:
+        target = budget_dir(out, sequences)
+        target.mkdir(parents=True, exist_ok=True)
+        for common in first.iterdir():
+            if common.name.startswith("shards-") or common.name == RANDOM_INIT:
+                link = target / common.name
+                if not link.exists():
+                    link.symlink_to(os.path.relpath(common.resolve(), target))
+
+
+def run_budget(out: Path, sequences: int, families: list[str], args) -> None:
+    """One objectives_small run at `sequences` (its random-init row too, so the first budget makes it)."""
+    cmd = [sys.executable, str(OBJECTIVES_SMALL), "--families", *families, "--sequences", str(sequences)]
+    cmd += ["--seeds", str(args.seeds), "--out", str(budget_dir(out, sequences))]
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+
+
+def dev_accuracy(run: Path) -> float | None:
+    report = run / "finetune" / "report.json"
+    if not report.is_file():
+        return None
+    return float(json.loads(report.read_text())["dev"]["metrics"]["accuracy"])
+
+
+def collect(out: Path, budgets: list[int], families: list[str], seeds: int) -> dict[str, Any]:
+    """{family: {sequences: [accuracy per finished seed]}} plus the random-init accuracies."""
+    curve: dict[str, dict[int, list[float]]] = {f: {} for f in families}
+    for sequences in budgets:
+        for family in families:
+            accs = [dev_accuracy(budget_dir(out, sequences) / family / f"seed{s}") for s in range(seeds)]
+            curve[family][sequences] = [a for a in accs if a is not None]
+    base = [dev_accuracy(budget_dir(out, budgets[0]) / RANDOM_INIT / f"seed{s}") for s in range(seeds)]
+    return {"curve": curve, "random_init": [a for a in base if a is not None]}
+
+
+def mean_sd(values: list[float]) -> tuple[float, float]:
+    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def plot(data: dict[str, Any], path: Path, title: str) -> Path | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed (pip install 'bertzoo[plot]'): no picture", flush=True)
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for family, points in data["curve"].items():
+        xs = [n for n, accs in points.items() if accs]
+        if not xs:
+            continue
+        stats = [mean_sd(points[n]) for n in xs]
+        ax.errorbar(xs, [m for m, _ in stats], yerr=[s for _, s in stats], marker="o", capsize=3, label=family)
+    if data["random_init"]:
+        m, s = mean_sd(data["random_init"])
+        ax.axhline(m, color="grey", linestyle="--", label=f"random init ({m:.3f})")
+        ax.axhspan(m - s, m + s, color="grey", alpha=0.15)
+    ax.set_xlabel("pretraining sequences (of <= 128 tokens)")
+    ax.set_ylabel("wiki-topics dev accuracy")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--families", nargs="+", default=["bert", "electra"], choices=list(FAMILIES))
+    ap.add_argument("--budgets", nargs="+", type=int, default=[8000, 16000, 32000, 48000], help="sequences")
+    ap.add_argument("--seeds", type=int, default=2, help="seeds 0..N-1 at every budget")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads per run")
+    ap.add_argument("--out", default="runs/budget_curve")
+    ap.add_argument("--plot", default=None, help="PNG path (default: --out/budget_curve.png)")
+    ap.add_argument("--no-run", action="store_true", help="only collect what exists: table, picture, JSON")
+    args = ap.parse_args()
+    budgets = sorted(set(args.budgets))
+    if any(n < 1 for n in budgets) or args.seeds < 1:
+        ap.error("--budgets and --seeds must be positive")
+    out = Path(args.out)
+    if not args.no_run:
+        for i, sequences in enumerate(budgets):
+            run_budget(out, sequences, args.families, args)
+            if i == 0:
+                share_common(out, budgets)  # the next budgets reuse its shards and random-init row
+    data = collect(out, budgets, args.families, args.seeds)
+    print(f"wiki-topics dev accuracy against pretraining budget ({cpu_capability()}, {time.strftime('%Y-%m-%d')})")
+    print("| sequences | " + " | ".join(args.families) + " |")
+    print("| ---: |" + " ---: |" * len(args.families))
+    for sequences in budgets:
+        cells = []
+        for family in args.families:
+            accs = data["curve"][family][sequences]
+            cells.append(f"{mean_sd(accs)[0]:.3f} ± {mean_sd(accs)[1]:.3f} (n={len(accs)})" if accs else "—")
+        print(f"| {sequences:,} | " + " | ".join(cells) + " |")
+    if data["random_init"]:
+        print(f"random init: {mean_sd(data['random_init'])[0]:.3f} ± {mean_sd(data['random_init'])[1]:.3f}")
+    (out / "curve.json").write_text(json.dumps(data, indent=2) + "\n")
+    picture = plot(data, Path(args.plot) if args.plot else out / "budget_curve.png", f"{cpu_capability()} CPU")
+    if picture:
+        print(f"picture: {picture}")
+    summary = {
+        f: {str(n): {"mean": round(mean_sd(a)[0], 4), "sd": round(mean_sd(a)[1], 4)} for n, a in pts.items() if a}
+        for f, pts in data["curve"].items()
+    }
+    both = [n for n in budgets if data["curve"].get("bert", {}).get(n) and data["curve"].get("electra", {}).get(n)]
+    ratio = None
+    if both:
+        n = both[-1]
+        ratio = round(mean_sd(data["curve"]["electra"][n])[0] / mean_sd(data["curve"]["bert"][n])[0], 4)
+    print(json.dumps({"families": summary, "random_init": data["random_init"], "ratio": ratio}))
+
+
+if __name__ == "__main__":
+    main()
