@@ -16,8 +16,8 @@ MLM head projects back to E and its decoder is the shared word table.
 
 `embedding_sharing: disentangled` is DeBERTaV3's gradient-disentangled embedding sharing (He et al. 2021) in
 place of the paper's plain sharing: the discriminator reads E_D = sg(E_G) + delta, so its RTD gradient never
-moves the generator's word table E_G, which learns from the masked LM alone (a "tug of war" there, in their
-words; at CPU budgets it wiped the count-based start: docs/variants.md). Only the word table is disentangled.
+moves the generator's word table E_G, which learns from the masked LM alone (they found the two losses pull the
+shared table in a "tug of war"; on a CPU budget: docs/variants.md). Only the word table is disentangled.
 
 Stages (`stage`): "joint" (the paper's default) trains both; "generator" trains the generator alone
 (MLM, the discriminator is not run); "discriminator" freezes the generator, gives the discriminator
