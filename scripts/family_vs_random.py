@@ -98,7 +98,8 @@ def main() -> None:
     shards, dev = corpus_shards(out, args.corpus, args.eval_corpus)
     cfg = load_pretrain_config(args.config, {"data.shards": str(shards), **extra})
     base = f"{Path(args.config).stem}-{shards.name}"
-    name = "+".join([base, *args.set])
+    # The pretraining seed names the run (seed 0 unnamed, as before): another seed must not reuse seed 0's run.
+    name = "+".join([base, *args.set, *([f"seed{args.pretrain_seed}"] if args.pretrain_seed else [])])
     # Random init depends on the architecture only: runs that differ in other settings share its fine-tuning runs.
     random_name = "+".join([base, *(item for item in args.set if item.startswith("model."))])
     steps = max(1, round(args.tokens / (cfg.train.batch_size * cfg.train.grad_accum * cfg.data.max_seq_len)))
