@@ -133,7 +133,12 @@ def finetune_dev(
         }
         finetune(load_finetune_config(config, overrides))
     data = json.loads(report.read_text())
-    return {f"dev_{metric}": float(data["dev"]["metrics"][metric]), "finetune_seconds": data.get("train_seconds")}
+    return {f"dev_{metric}": dev_metric(data, metric), "finetune_seconds": data.get("train_seconds")}
+
+
+def dev_metric(report: dict[str, Any], metric: str = "accuracy") -> float:
+    """The dev `metric` of a fine-tuning run's report.json (as read by json)."""
+    return float(report["dev"]["metrics"][metric])
 
 
 def claimed_elsewhere(run_dir: Path) -> bool:

@@ -28,7 +28,7 @@ from typing import Any
 from bertzoo.precision import cpu_capability
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from objectives_small import FAMILIES, RANDOM_INIT  # noqa: E402
+from objectives_small import FAMILIES, RANDOM_INIT, dev_metric  # noqa: E402
 
 OBJECTIVES_SMALL = Path(__file__).resolve().parents[1] / "benchmarks" / "objectives_small.py"
 
@@ -64,7 +64,7 @@ def dev_accuracy(run: Path) -> float | None:
     report = run / "finetune" / "report.json"
     if not report.is_file():
         return None
-    return float(json.loads(report.read_text())["dev"]["metrics"]["accuracy"])
+    return dev_metric(json.loads(report.read_text()))
 
 
 def collect(out: Path, budgets: list[int], families: list[str], seeds: int) -> dict[str, Any]:
@@ -82,7 +82,11 @@ def mean_sd(values: list[float]) -> tuple[float, float]:
     return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-def plot(data: dict[str, Any], path: Path, title: str) -> Path | None:
+Stats = dict[str, dict[int, tuple[float, float]]]  # family -> sequences -> (mean, sd)
+
+
+def plot(stats: Stats, random_init: list[float], path: Path, title: str) -> Path | None:
+    """Mean ± sd per family against budget, with random init's mean and band; None without matplotlib."""
     try:
         import matplotlib
 
@@ -92,14 +96,14 @@ def plot(data: dict[str, Any], path: Path, title: str) -> Path | None:
         print("matplotlib is not installed (pip install 'bertzoo[plot]'): no picture", flush=True)
         return None
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    for family, points in data["curve"].items():
-        xs = [n for n, accs in points.items() if accs]
-        if not xs:
+    for family, points in stats.items():
+        if not points:
             continue
-        stats = [mean_sd(points[n]) for n in xs]
-        ax.errorbar(xs, [m for m, _ in stats], yerr=[s for _, s in stats], marker="o", capsize=3, label=family)
-    if data["random_init"]:
-        m, s = mean_sd(data["random_init"])
+        xs = sorted(points)
+        ys, sds = zip(*(points[n] for n in xs), strict=True)
+        ax.errorbar(xs, ys, yerr=sds, marker="o", capsize=3, label=family)
+    if random_init:
+        m, s = mean_sd(random_init)
         ax.axhline(m, color="grey", linestyle="--", label=f"random init ({m:.3f})")
         ax.axhspan(m - s, m + s, color="grey", alpha=0.15)
     ax.set_xlabel("pretraining sequences (of <= 128 tokens)")
@@ -134,30 +138,30 @@ def main() -> None:
             if i == 0:
                 share_common(out, budgets)  # the next budgets reuse its shards and random-init row
     data = collect(out, budgets, args.families, args.seeds)
+    # (mean, sd) of every finished point, once: the table, the JSON and the ratio read these.
+    stats = {f: {n: mean_sd(a) for n, a in pts.items() if a} for f, pts in data["curve"].items()}
     print(f"wiki-topics dev accuracy against pretraining budget ({cpu_capability()}, {time.strftime('%Y-%m-%d')})")
     print("| sequences | " + " | ".join(args.families) + " |")
     print("| ---: |" + " ---: |" * len(args.families))
     for sequences in budgets:
         cells = []
         for family in args.families:
-            accs = data["curve"][family][sequences]
-            cells.append(f"{mean_sd(accs)[0]:.3f} ± {mean_sd(accs)[1]:.3f} (n={len(accs)})" if accs else "—")
+            point = stats[family].get(sequences)
+            n = len(data["curve"][family][sequences])
+            cells.append(f"{point[0]:.3f} ± {point[1]:.3f} (n={n})" if point else "—")
         print(f"| {sequences:,} | " + " | ".join(cells) + " |")
     if data["random_init"]:
-        print(f"random init: {mean_sd(data['random_init'])[0]:.3f} ± {mean_sd(data['random_init'])[1]:.3f}")
+        print("random init: {:.3f} ± {:.3f}".format(*mean_sd(data["random_init"])))
     (out / "curve.json").write_text(json.dumps(data, indent=2) + "\n")
-    picture = plot(data, Path(args.plot) if args.plot else out / "budget_curve.png", f"{cpu_capability()} CPU")
+    path = Path(args.plot) if args.plot else out / "budget_curve.png"
+    picture = plot(stats, data["random_init"], path, f"{cpu_capability()} CPU")
     if picture:
         print(f"picture: {picture}")
     summary = {
-        f: {str(n): {"mean": round(mean_sd(a)[0], 4), "sd": round(mean_sd(a)[1], 4)} for n, a in pts.items() if a}
-        for f, pts in data["curve"].items()
+        f: {str(n): {"mean": round(m, 4), "sd": round(sd, 4)} for n, (m, sd) in pts.items()} for f, pts in stats.items()
     }
-    both = [n for n in budgets if data["curve"].get("bert", {}).get(n) and data["curve"].get("electra", {}).get(n)]
-    ratio = None
-    if both:
-        n = both[-1]
-        ratio = round(mean_sd(data["curve"]["electra"][n])[0] / mean_sd(data["curve"]["bert"][n])[0], 4)
+    both = [n for n in budgets if n in stats.get("bert", {}) and n in stats.get("electra", {})]
+    ratio = round(stats["electra"][both[-1]][0] / stats["bert"][both[-1]][0], 4) if both else None
     print(json.dumps({"families": summary, "random_init": data["random_init"], "ratio": ratio}))
 
 
