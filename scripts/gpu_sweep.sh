@@ -4,7 +4,8 @@
 # levers a 2-core CPU needs an hour each for. A lever that wins here is then confirmed on the CPU over seeds;
 # figures from this sweep are GPU figures and are reported as such. Jobs run in order until the deadline; each
 # job's last JSON line is appended to OUT/sweep.jsonl, so a run cut short keeps what finished.
-# Usage there: bash scripts/gpu_sweep.sh OUT_DIR [SECONDS]   (carry .gpu_site and runs/gpu_sweep/shards-*)
+# Usage there: bash scripts/gpu_sweep.sh OUT_DIR [SECONDS]   (carry .gpu_site; the shards are built on first use,
+# and carrying runs/gpu_sweep/shards-* from an earlier run saves building them there)
 out=${1:-/tmp/gpu_sweep}
 deadline=$((SECONDS + ${2:-420}))
 mkdir -p "$out"
@@ -27,7 +28,7 @@ jobs=(
   "configs/pretrain/electra-mini.yaml $table --set objective_args.generator_size=0.5 objective_args.rtd_weight=10"
   "configs/pretrain/electra-mini.yaml $table --set objective_args.generator_size=0.5 \
 objective_args.embedding_sharing=disentangled"
-  "configs/pretrain/xlnet-mini.yaml $xlnet"
+  "configs/pretrain/xlnet-mini.yaml $xlnet --set word_embedding_init=random"
 )
 for job in "${jobs[@]}"; do
   left=$((deadline - SECONDS))
