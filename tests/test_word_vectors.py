@@ -189,7 +189,9 @@ def test_bad_settings_are_one_line_errors(synthetic_shards, tmp_path) -> None:
         load_pretrain_config("configs/pretrain/bert-mini.yaml", {"word_embedding_init": "glove"})
 
 
-@pytest.mark.parametrize("family", ["bert", "albert", "electra", "gpt", "t5", "xlnet", "transformer-xl", "unilm"])
+@pytest.mark.parametrize(
+    "family", ["bert", "albert", "electra", "gpt", "t5", "mass", "xlnet", "transformer-xl", "unilm"]
+)
 def test_every_family_with_a_word_table_starts_from_the_vectors(family, synthetic_shards, tmp_path) -> None:
     """The same seed with and without `ppmi-svd`: the rows of corpus words differ, special tokens' rows do not."""
     built = {}
@@ -221,10 +223,10 @@ def test_a_corpus_without_word_pairs_is_a_config_error(tmp_path) -> None:
         build_pretraining(cfg)
 
 
-@pytest.mark.parametrize("family", ["bert", "electra", "xlnet", "unilm", "t5"])
+@pytest.mark.parametrize("family", ["bert", "electra", "xlnet", "unilm", "t5", "mass"])
 def test_the_measured_configs_keep_the_count_based_start(family) -> None:
     """These families' CPU-budget figures were measured from the PPMI + SVD start (docs/variants.md,
-    docs/generation.md; XLNet-mini, UniLM-mini and T5-mini beat their random init only with it): a shipped config that
+    docs/generation.md; XLNet-, UniLM-, T5- and MASS-mini beat their random init only with it): a shipped config that
     dropped it would no longer be the recipe its figures describe."""
     cfg = load_pretrain_config(f"configs/pretrain/{family}-mini.yaml")
     assert cfg.word_embedding_init == "ppmi-svd"
