@@ -85,7 +85,7 @@ def mean_sd(values: list[float]) -> tuple[float, float]:
 Stats = dict[str, dict[int, tuple[float, float]]]  # family -> sequences -> (mean, sd)
 
 
-def plot(stats: Stats, random_init: list[float], path: Path, title: str) -> Path | None:
+def plot(stats: Stats, random_init: tuple[float, float] | None, path: Path, title: str) -> Path | None:
     """Mean ± sd per family against budget, with random init's mean and band; None without matplotlib."""
     try:
         import matplotlib
@@ -103,7 +103,7 @@ def plot(stats: Stats, random_init: list[float], path: Path, title: str) -> Path
         ys, sds = zip(*(points[n] for n in xs), strict=True)
         ax.errorbar(xs, ys, yerr=sds, marker="o", capsize=3, label=family)
     if random_init:
-        m, s = mean_sd(random_init)
+        m, s = random_init
         ax.axhline(m, color="grey", linestyle="--", label=f"random init ({m:.3f})")
         ax.axhspan(m - s, m + s, color="grey", alpha=0.15)
     ax.set_xlabel("pretraining sequences (of <= 128 tokens)")
@@ -150,11 +150,12 @@ def main() -> None:
             n = len(data["curve"][family][sequences])
             cells.append(f"{point[0]:.3f} ± {point[1]:.3f} (n={n})" if point else "—")
         print(f"| {sequences:,} | " + " | ".join(cells) + " |")
-    if data["random_init"]:
-        print("random init: {:.3f} ± {:.3f}".format(*mean_sd(data["random_init"])))
+    random_init = mean_sd(data["random_init"]) if data["random_init"] else None
+    if random_init:
+        print("random init: {:.3f} ± {:.3f}".format(*random_init))
     (out / "curve.json").write_text(json.dumps(data, indent=2) + "\n")
     path = Path(args.plot) if args.plot else out / "budget_curve.png"
-    picture = plot(stats, data["random_init"], path, f"{cpu_capability()} CPU")
+    picture = plot(stats, random_init, path, f"{cpu_capability()} CPU")
     if picture:
         print(f"picture: {picture}")
     summary = {
