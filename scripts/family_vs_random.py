@@ -25,8 +25,6 @@ import statistics
 import sys
 from pathlib import Path
 
-import yaml
-
 from bertzoo.config import load_pretrain_config
 from bertzoo.data.corpus import read_documents
 from bertzoo.data.shards import prepare_shards
@@ -36,7 +34,7 @@ from bertzoo.precision import cpu_capability
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from objectives_small import add_finetune_args, finetune_dev  # noqa: E402
-from recipe_study import finetune_tag, pretrain_once  # noqa: E402
+from recipe_study import finetune_tag, overrides_of, pretrain_once  # noqa: E402
 
 VOCAB = 8192
 TASKS = {  # name: (fine-tuning config, the dev metric compared)
@@ -60,17 +58,6 @@ def corpus_shards(out: Path, train: list[str], dev: list[str]) -> tuple[Path, Pa
         tok = Tokenizer.load(shards / "tokenizer")
         prepare_shards(list(read_documents(dev)), tok, dev_shards, progress=False, overwrite=True, source=" ".join(dev))
     return shards, dev_shards
-
-
-def overrides_of(items: list[str]) -> dict:
-    """--set KEY=VALUE items as config overrides (YAML values)."""
-    extra = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--set {item!r}: write KEY=VALUE")
-        extra[key] = yaml.safe_load(value)
-    return extra
 
 
 def main() -> None:

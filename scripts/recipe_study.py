@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from bertzoo.config import load_pretrain_config
 from bertzoo.data.corpus import read_documents
 from bertzoo.data.shards import prepare_shards
@@ -105,6 +107,17 @@ def shards_for(vocab: int, out: Path, docs: list[str], split: str = "train") -> 
             docs = list(read_documents([f"builtin:wiki-en:{split}"]))
         prepare_shards(docs, tok, shards, progress=False, overwrite=True, source=f"builtin:wiki-en:{split}")
     return shards
+
+
+def overrides_of(items: list[str]) -> dict:
+    """--set KEY=VALUE items as config overrides (YAML values)."""
+    extra = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--set {item!r}: write KEY=VALUE")
+        extra[key] = yaml.safe_load(value)
+    return extra
 
 
 def pretrain_once(

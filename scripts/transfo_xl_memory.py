@@ -1,15 +1,20 @@
 """Does Transformer-XL's memory help? Pretrain Transformer-XL-mini with and without segment-level recurrence at
 equal compute, then read the dev split as long streams with evaluation memories of several lengths.
 
-Both arms train on the same blocks of built-in English Wikipedia (`configs/pretrain/transformer-xl-mini.yaml`:
-blocks of 256 tokens in segments of 64), for the same steps and seeds; the only difference is
-`objective_args.memory`. Evaluation (`bertzoo.transfo_xl.stream_nll`) cuts the dev split, documents in order
-with a [SEP] after each, into parallel streams and reads them in segments of the training length, carrying
-`mem_len` positions of memory: 0 is the model without memory, longer ones reach further back than training did
-(the paper evaluates that way). Prints a table, draws the curves, and ends with one JSON line whose `ratio` is
-the no-memory model's perplexity over the memory model's (at the training memory): above 1, memory helps.
+Both arms train on the same blocks of one corpus (`configs/pretrain/transformer-xl-mini.yaml`: blocks of 256
+tokens in segments of 64), for the same steps and seeds; the only difference is `objective_args.memory`.
+`--corpus wiki-en` (default): built-in English Wikipedia, lead sections of ~95 tokens, so what a memory holds
+beyond one segment is mostly the previous, unrelated article. `--corpus peoples-daily`: the People's Daily
+paragraphs in file order (the articles of January 1998 as they ran), the last tenth as dev, so a memory holds
+the same article's earlier paragraphs. Evaluation (`bertzoo.transfo_xl.stream_nll`) cuts the dev split,
+documents in order with a [SEP] after each, into parallel streams and reads them in segments of the training
+length, carrying `mem_len` positions of memory: 0 is the model without memory, longer ones reach further back than
+training did (the paper evaluates that way). Prints a table, draws the curves, and ends with one JSON line whose
+`ratio` is the no-memory model's perplexity over the memory model's (at the training memory): above 1, memory
+helps.
 
     python scripts/transfo_xl_memory.py --steps 300 --seeds 0 1
+    python scripts/transfo_xl_memory.py --corpus peoples-daily --steps 120 --seeds 0 1
     python scripts/transfo_xl_memory.py --quick        # a smoke run of a few steps, about a minute
 """
 
@@ -27,14 +32,35 @@ import torch
 
 from bertzoo.config import load_pretrain_config
 from bertzoo.data.corpus import read_documents
-from bertzoo.data.shards import ShardedCorpus
+from bertzoo.data.shards import ShardedCorpus, prepare_shards
+from bertzoo.data.tokenizer import train_wordpiece
 from bertzoo.loading import load_pretraining
 from bertzoo.precision import cpu_capability
 from bertzoo.transfo_xl import stream_nll
 
 CONFIG = "configs/pretrain/transformer-xl-mini.yaml"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from recipe_study import pretrain_once, shards_for  # noqa: E402  (the same 8k-WordPiece Wikipedia shards)
+from recipe_study import overrides_of, pretrain_once, shards_for  # noqa: E402
+
+VOCAB = 8192
+TITLES = {"wiki-en": "Wikipedia dev", "peoples-daily": "People's Daily, last tenth"}
+
+
+def corpus_shards(corpus: str, out: Path) -> tuple[Path, Path]:
+    """Train and dev shards of `corpus`, with an 8k WordPiece trained on its train part (reused when done)."""
+    if corpus == "wiki-en":
+        docs = list(read_documents(["builtin:wiki-en:train"]))
+        return shards_for(VOCAB, out, docs), shards_for(VOCAB, out, docs, "dev")
+    # Lines in file order, cut once: the dev tenth is one contiguous stretch of articles, never seen in training.
+    shards, dev = out / f"shards-{VOCAB}", out / f"shards-{VOCAB}-dev"
+    if not (dev / "meta.json").is_file():
+        lines = list(read_documents(["builtin:peoples-daily"]))
+        cut = len(lines) * 9 // 10
+        tok = train_wordpiece(lines[:cut], VOCAB)
+        source = "builtin:peoples-daily"
+        prepare_shards(lines[:cut], tok, shards, progress=False, overwrite=True, source=source + " (first 9/10)")
+        prepare_shards(lines[cut:], tok, dev, progress=False, overwrite=True, source=source + " (last 1/10)")
+    return shards, dev
 
 
 def dev_streams(shards: Path, num_streams: int, max_docs: int | None) -> torch.Tensor:
@@ -53,12 +79,14 @@ def dev_streams(shards: Path, num_streams: int, max_docs: int | None) -> torch.T
 
 def run_arm(memory: bool, seed: int, args, shards: Path, dev: Path, out: Path) -> Path:
     """Pretrain one arm (or reuse a finished run); returns its final directory."""
-    run = out / f"{'memory' if memory else 'no-memory'}-{seed}"
+    # The overrides name the run, so a finished run is reused only for the same settings.
+    run = out / "".join([f"{'memory' if memory else 'no-memory'}", *(f"+{item}" for item in args.set), f"-{seed}"])
     overrides = {
         "data.shards": str(shards),
         "data.eval_shards": str(dev),
         "objective_args.memory": memory,
         "train.seed": seed,
+        **overrides_of(args.set),
     }
     log = max(1, args.steps // 20)
     summary = pretrain_once(CONFIG, run, args.steps, overrides, evals=4, threads=args.threads, log_every=log)
@@ -77,7 +105,7 @@ def evaluate(model_dir: Path, streams: torch.Tensor, segment_len: int, mems: lis
     return out
 
 
-def plot(curves: dict[str, list[list[float]]], mems: list[int], path: Path) -> None:
+def plot(curves: dict[str, list[list[float]]], mems: list[int], path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -91,7 +119,7 @@ def plot(curves: dict[str, list[list[float]]], mems: list[int], path: Path) -> N
             ax.plot(mems, r, color=ax.lines[-1].get_color(), alpha=0.25, lw=1)
     ax.set_xlabel("evaluation memory (positions per layer)")
     ax.set_ylabel("dev perplexity")
-    ax.set_title("Transformer-XL-mini on Wikipedia dev, read as streams")
+    ax.set_title(f"Transformer-XL-mini on {title}, read as streams")
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -101,16 +129,21 @@ def plot(curves: dict[str, list[list[float]]], mems: list[int], path: Path) -> N
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--corpus", choices=sorted(TITLES), default="wiki-en")
     ap.add_argument("--steps", type=int, default=300, help="pretraining steps per arm (blocks of 16 x 256 tokens)")
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     ap.add_argument("--eval-mems", nargs="+", type=int, default=[0, 32, 64, 128, 256, 512])
     ap.add_argument("--streams", type=int, default=8, help="parallel dev streams")
     ap.add_argument("--dev-docs", type=int, default=None, help="only the first N dev documents")
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--out", default="runs/transfo_xl_memory")
-    ap.add_argument("--plot", default="docs/img/transfo_xl_memory.png")
+    ap.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="pretraining config overrides")
+    ap.add_argument("--out", default=None, help="default: runs/transfo_xl_memory[-CORPUS]")
+    ap.add_argument("--plot", default=None, help="default: docs/img/transfo_xl_memory[-CORPUS].png")
     ap.add_argument("--quick", action="store_true", help="a smoke run: 6 steps, one seed, 100 dev documents")
     args = ap.parse_args()
+    suffix = "" if args.corpus == "wiki-en" else f"-{args.corpus}"
+    args.out = args.out or f"runs/transfo_xl_memory{suffix}"
+    args.plot = args.plot or f"docs/img/transfo_xl_memory{suffix}.png"
     if args.quick:
         args.steps, args.seeds, args.dev_docs = 6, [0], args.dev_docs or 100
         args.out = args.out + "-quick"
@@ -119,9 +152,8 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    docs = list(read_documents(["builtin:wiki-en:train"]))
-    shards, dev = shards_for(8192, out, docs), shards_for(8192, out, docs, "dev")
-    cfg = load_pretrain_config(CONFIG, {})
+    shards, dev = corpus_shards(args.corpus, out)
+    cfg = load_pretrain_config(CONFIG, overrides_of(args.set))
     segment_len, train_mem = cfg.objective_args["segment_len"], cfg.model["mem_len"]
     streams = dev_streams(dev, args.streams, args.dev_docs)
     print(f"CPU {cpu_capability()}, torch {torch.__version__}; dev streams {tuple(streams.shape)}", flush=True)
@@ -142,7 +174,7 @@ def main() -> None:
             for i in range(len(args.eval_mems))
         ]
         print(f"| {label} | {' | '.join(cells)} |")
-    plot(curves, args.eval_mems, Path(args.plot))
+    plot(curves, args.eval_mems, Path(args.plot), TITLES[args.corpus])
     at = args.eval_mems.index(train_mem) if train_mem in args.eval_mems else -1
     with_mem = [r[at] for r in curves["with memory"]]
     without = [r[args.eval_mems.index(0)] if 0 in args.eval_mems else r[0] for r in curves["without memory"]]
@@ -156,6 +188,7 @@ def main() -> None:
                 "dev_ppl_no_memory": without,
                 "eval_mems": args.eval_mems,
                 "curves": curves,
+                "corpus": args.corpus,
                 "steps": args.steps,
                 "seeds": args.seeds,
                 "cpu": cpu_capability(),
