@@ -168,3 +168,23 @@ def test_a_run_stopped_by_a_signal_exits_with_128_plus_its_number(monkeypatch, c
     monkeypatch.setattr(pretraining, "pretrain", lambda cfg, resume=None: summary)
     assert main(["pretrain", "configs/pretrain/bert-tiny-smoke.yaml"]) == code
     assert ("to continue this run" in capsys.readouterr().err) == (reason is not None)
+
+
+def test_chinese_alphabet_and_unknown_token_warning(tmp_path, capsys):
+    # 40 distinct CJK characters, each frequent: a 10-character alphabet must leave most of them [UNK] (and prepare
+    # says so), an alphabet of 100 takes them all.
+    chars = [chr(0x4E00 + 7 * i) for i in range(40)]
+    text = tmp_path / "zh.txt"
+    text.write_text("\n".join("".join(chars[(i + j) % 40] for j in range(20)) for i in range(200)) + "\n")
+    vocab = {}
+    for limit in (10, 100):
+        tok = tmp_path / f"tok{limit}"
+        assert main(["tokenizer", "train", "-i", str(text), "-o", str(tok), "--vocab-size", "500",
+                     "--limit-alphabet", str(limit)]) == 0  # fmt: skip
+        vocab[limit] = json.loads((tok / "tokenizer.json").read_text())["model"]["vocab"]
+        capsys.readouterr()
+        assert main(["prepare", "-i", str(text), "-t", str(tok), "-o", str(tmp_path / f"shards{limit}")]) == 0
+        err = capsys.readouterr().err
+        assert ("are [UNK]" in err) == (limit == 10), err
+    assert all(c in vocab[100] for c in chars)
+    assert sum(c in vocab[10] for c in chars) <= 10

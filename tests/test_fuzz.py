@@ -393,6 +393,7 @@ NUMERIC_OPTIONS = [
     ("tokenizer train", ["-i", "c.txt", "-o", "tok"], "--vocab-size", 1, 2**24),
     ("tokenizer train", ["-i", "c.txt", "-o", "tok"], "--min-frequency", 0, sys.maxsize),
     ("tokenizer train", ["-i", "c.txt", "-o", "tok"], "--limit-docs", 1, sys.maxsize),
+    ("tokenizer train", ["-i", "c.txt", "-o", "tok"], "--limit-alphabet", 1, sys.maxsize),
     ("prepare", ["-i", "c.txt", "-t", "tok", "-o", "out"], "--shard-tokens", 1, sys.maxsize),
     ("evaluate", ["model"], "--batch-size", 1, sys.maxsize),
     ("predict", ["model", "-i", "in.jsonl", "-o", "out.jsonl"], "--batch-size", 1, sys.maxsize),

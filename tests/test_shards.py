@@ -213,3 +213,10 @@ def test_prepare_builtin_wiki(wiki_docs, wiki_tokenizer, wiki_shards):
     for d in (0, len(wiki_docs) // 2, len(wiki_docs) - 1):
         expected = [t for ids in wiki_tokenizer.encode_batch(split_sentences(wiki_docs[d])) for t in ids]
         assert corpus.tokens(*corpus.doc_sentences(d)).tolist() == expected
+
+
+def test_unknown_tokens_are_counted(tmp_path, synthetic_tokenizer):
+    # Three CJK characters the English vocabulary has never seen: BERT's pre-tokenizer makes each a word, each [UNK].
+    info = prepare_shards(["Abc def.", "Abc 中文字 def."], synthetic_tokenizer, tmp_path / "o", progress=False)
+    assert info.num_unk == 3
+    assert json.loads((tmp_path / "o" / "meta.json").read_text())["num_unk"] == 3

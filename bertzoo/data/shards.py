@@ -75,6 +75,7 @@ class ShardInfo:
     dtype: str
     docs_skipped: int = 0  # documents without any token
     sentences_dropped: int = 0  # sentences that tokenized to nothing
+    num_unk: int = 0  # tokens that are [UNK]: text the tokenizer's vocabulary does not cover
     seconds: float = 0.0
     shards: list[dict[str, Any]] = field(default_factory=list)
 
@@ -228,7 +229,8 @@ def prepare_shards(
     dtype = token_dtype(tokenizer.vocab_size)
     start = time.perf_counter()
     writer = _ShardWriter(tmp, dtype, shard_tokens)
-    docs_skipped = sentences_dropped = 0
+    docs_skipped = sentences_dropped = num_unk = 0
+    unk_id = tokenizer.unk_id
     try:
         tmp.mkdir()
         from tqdm.auto import tqdm
@@ -245,6 +247,8 @@ def prepare_shards(
                 ids = tokenizer.encode_batch(sentences)
                 lens = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
                 tokens = np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=int(lens.sum()))
+                if unk_id is not None:
+                    num_unk += int(np.count_nonzero(tokens == unk_id))
                 # Drop empty sentences and the documents left without any, in numpy.
                 doc_of_sent = np.repeat(np.arange(len(batch)), per_doc)
                 keep = lens > 0
@@ -278,6 +282,7 @@ def prepare_shards(
             "cleaning": asdict(cleaning) if is_dataclass(cleaning) else cleaning,
             "docs_skipped": docs_skipped,
             "sentences_dropped": sentences_dropped,
+            "num_unk": num_unk,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
         with open(tmp / META, "w", encoding="utf-8") as f:
@@ -305,6 +310,7 @@ def prepare_shards(
         dtype=dtype.name,
         docs_skipped=docs_skipped,
         sentences_dropped=sentences_dropped,
+        num_unk=num_unk,
         seconds=time.perf_counter() - start,
         shards=writer.shards,
     )
