@@ -95,9 +95,14 @@ def run_arm(memory: bool, seed: int, args, shards: Path, dev: Path, out: Path) -
     return run / "final"
 
 
-def evaluate(model_dir: Path, streams: torch.Tensor, segment_len: int, mems: list[int]) -> dict[int, float]:
-    """Dev perplexity of the streams at each evaluation memory."""
+def evaluate(
+    model_dir: Path, streams: torch.Tensor, segment_len: int, mems: list[int], clamp_len: int = 0
+) -> dict[int, float]:
+    """Dev perplexity of the streams at each evaluation memory; `clamp_len` > 0 reads every longer distance as
+    that one (the paper's evaluation setting for memories longer than training's)."""
     model = load_pretraining(model_dir).encoder.eval()
+    if clamp_len:
+        model.config.clamp_len = clamp_len
     out = {}
     for mem in mems:
         total, count = stream_nll(model, streams, segment_len, mem_len=mem)
@@ -133,6 +138,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300, help="pretraining steps per arm (blocks of 16 x 256 tokens)")
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     ap.add_argument("--eval-mems", nargs="+", type=int, default=[0, 32, 64, 128, 256, 512])
+    ap.add_argument(
+        "--eval-clamp",
+        type=int,
+        default=0,
+        help="evaluation only: longer distances read as this one (-1: the longest each arm trained on; 0: off)",
+    )
     ap.add_argument("--streams", type=int, default=8, help="parallel dev streams")
     ap.add_argument("--dev-docs", type=int, default=None, help="only the first N dev documents")
     ap.add_argument("--threads", type=int, default=None)
@@ -161,7 +172,9 @@ def main() -> None:
     curves: dict[str, list[list[float]]] = {"with memory": [], "without memory": []}
     for seed in args.seeds:
         for memory in (True, False):
-            ppl = evaluate(run_arm(memory, seed, args, shards, dev, out), streams, segment_len, args.eval_mems)
+            # -1: the longest distance this arm's training saw (its segment, and the memory before it if any).
+            clamp = segment_len - 1 + (train_mem if memory else 0) if args.eval_clamp < 0 else args.eval_clamp
+            ppl = evaluate(run_arm(memory, seed, args, shards, dev, out), streams, segment_len, args.eval_mems, clamp)
             curves["with memory" if memory else "without memory"].append([ppl[m] for m in args.eval_mems])
             rows.append({"seed": seed, "memory": memory, "dev_ppl": ppl})
             print(json.dumps(rows[-1]), flush=True)
@@ -189,6 +202,7 @@ def main() -> None:
                 "eval_mems": args.eval_mems,
                 "curves": curves,
                 "corpus": args.corpus,
+                "eval_clamp": args.eval_clamp,
                 "steps": args.steps,
                 "seeds": args.seeds,
                 "cpu": cpu_capability(),
