@@ -44,15 +44,22 @@ TASKS = {  # name: (fine-tuning config, the dev metric compared)
 }
 
 
-def corpus_shards(out: Path, train: list[str], dev: list[str]) -> tuple[Path, Path]:
-    """Shards of `train` (with a WordPiece tokenizer trained on it) and of `dev` with that tokenizer, under a
-    directory named by the two input lists (reused when done)."""
-    key = hashlib.sha1(json.dumps([train, dev, VOCAB]).encode()).hexdigest()[:10]
+def corpus_shards(out: Path, train: list[str], dev: list[str], limit_alphabet: int = 1000) -> tuple[Path, Path]:
+    """Shards of `train` (with a WordPiece tokenizer trained on it, keeping the `limit_alphabet` most frequent
+    characters) and of `dev` with that tokenizer, under a directory named by the inputs (reused when done)."""
+    # The default alphabet is left out of the name, so the shards made before it was an option are found again.
+    named = [train, dev, VOCAB] + ([limit_alphabet] if limit_alphabet != 1000 else [])
+    key = hashlib.sha1(json.dumps(named).encode()).hexdigest()[:10]
     shards, dev_shards = out / f"shards-{key}", out / f"shards-{key}-dev"
     if not (shards / "meta.json").is_file():
         docs = list(read_documents(train))
         prepare_shards(
-            docs, train_wordpiece(docs, VOCAB), shards, progress=False, overwrite=True, source=" ".join(train)
+            docs,
+            train_wordpiece(docs, VOCAB, limit_alphabet=limit_alphabet),
+            shards,
+            progress=False,
+            overwrite=True,
+            source=" ".join(train),
         )
     if not (dev_shards / "meta.json").is_file():
         tok = Tokenizer.load(shards / "tokenizer")
@@ -63,6 +70,9 @@ def corpus_shards(out: Path, train: list[str], dev: list[str]) -> tuple[Path, Pa
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("config", help="a pretraining config (configs/pretrain/*.yaml)")
+    ap.add_argument(
+        "--limit-alphabet", type=int, default=1000, help="the tokenizer's most distinct characters (Chinese: 6000)"
+    )
     ap.add_argument("--tokens", type=int, default=1_800_000, help="pretraining budget: steps = tokens / (batch x len)")
     ap.add_argument("--pretrain-seed", type=int, default=0)
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1], help="fine-tuning seeds")
@@ -82,7 +92,7 @@ def main() -> None:
     extra = overrides_of(args.set)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    shards, dev = corpus_shards(out, args.corpus, args.eval_corpus)
+    shards, dev = corpus_shards(out, args.corpus, args.eval_corpus, args.limit_alphabet)
     cfg = load_pretrain_config(args.config, {"data.shards": str(shards), **extra})
     base = f"{Path(args.config).stem}-{shards.name}"
     # The pretraining seed names the run (seed 0 unnamed, as before): another seed must not reuse seed 0's run.
