@@ -98,7 +98,7 @@ def _add_corpus_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from bertzoo.data.tokenizer import MAX_VOCAB_SIZE
+    from bertzoo.data.tokenizer import LIMIT_ALPHABET, MAX_VOCAB_SIZE
 
     parser = _Parser(prog="bertzoo", description="The BERT family in one codebase.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks for expected errors")
@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     tt.add_argument(
         "--limit-alphabet",
         type=positive_int,
-        default=1000,
+        default=LIMIT_ALPHABET,
         help="wordpiece: most distinct characters kept (others become [UNK]); raise it for Chinese or Japanese text",
     )
     tt.add_argument("--cased", action="store_true", help="keep case (default: lower-case)")

@@ -28,7 +28,7 @@ from pathlib import Path
 from bertzoo.config import load_pretrain_config
 from bertzoo.data.corpus import read_documents
 from bertzoo.data.shards import prepare_shards
-from bertzoo.data.tokenizer import Tokenizer, train_wordpiece
+from bertzoo.data.tokenizer import LIMIT_ALPHABET, Tokenizer, train_wordpiece
 from bertzoo.precision import cpu_capability
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -44,11 +44,13 @@ TASKS = {  # name: (fine-tuning config, the dev metric compared)
 }
 
 
-def corpus_shards(out: Path, train: list[str], dev: list[str], limit_alphabet: int = 1000) -> tuple[Path, Path]:
+def corpus_shards(
+    out: Path, train: list[str], dev: list[str], limit_alphabet: int = LIMIT_ALPHABET
+) -> tuple[Path, Path]:
     """Shards of `train` (with a WordPiece tokenizer trained on it, keeping the `limit_alphabet` most frequent
     characters) and of `dev` with that tokenizer, under a directory named by the inputs (reused when done)."""
     # The default alphabet is left out of the name, so the shards made before it was an option are found again.
-    named = [train, dev, VOCAB] + ([limit_alphabet] if limit_alphabet != 1000 else [])
+    named = [train, dev, VOCAB] + ([limit_alphabet] if limit_alphabet != LIMIT_ALPHABET else [])
     key = hashlib.sha1(json.dumps(named).encode()).hexdigest()[:10]
     shards, dev_shards = out / f"shards-{key}", out / f"shards-{key}-dev"
     if not (shards / "meta.json").is_file():
@@ -71,7 +73,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("config", help="a pretraining config (configs/pretrain/*.yaml)")
     ap.add_argument(
-        "--limit-alphabet", type=int, default=1000, help="the tokenizer's most distinct characters (Chinese: 6000)"
+        "--limit-alphabet", type=int, default=LIMIT_ALPHABET, help="the tokenizer's distinct characters (Chinese: 6000)"
     )
     ap.add_argument("--tokens", type=int, default=1_800_000, help="pretraining budget: steps = tokens / (batch x len)")
     ap.add_argument("--pretrain-seed", type=int, default=0)

@@ -490,6 +490,11 @@ def _check_train_args(vocab_size: int, minimum: int, why: str, name: str = "voca
             raise DataError(f"{key} must be an integer in 0..{sys.maxsize}, got {value!r}")
 
 
+# WordPiece keeps this many of the most frequent characters (the rest become [UNK]): HF tokenizers' BERT default,
+# ample for alphabetic scripts; Chinese or Japanese text needs its count of distinct characters (thousands).
+LIMIT_ALPHABET = 1000
+
+
 def train_wordpiece(
     documents: Iterable[str],
     vocab_size: int = 30000,
@@ -497,7 +502,7 @@ def train_wordpiece(
     lowercase: bool = True,
     strip_accents: bool | None = None,
     min_frequency: int = 2,
-    limit_alphabet: int = 1000,
+    limit_alphabet: int = LIMIT_ALPHABET,
     show_progress: bool = False,
 ) -> Tokenizer:
     """Train a BERT WordPiece vocabulary on a stream of documents ([PAD] [UNK] [CLS] [SEP] [MASK] = ids 0..4).
