@@ -14,7 +14,7 @@ training did (the paper evaluates that way). Prints a table, draws the curves, a
 helps.
 
     python scripts/transfo_xl_memory.py --steps 300 --seeds 0 1
-    python scripts/transfo_xl_memory.py --corpus peoples-daily --steps 120 --seeds 0 1
+    python scripts/transfo_xl_memory.py --corpus peoples-daily --steps 300 --seeds 0 1
     python scripts/transfo_xl_memory.py --quick        # a smoke run of a few steps, about a minute
 """
 
@@ -77,8 +77,8 @@ def dev_streams(shards: Path, num_streams: int, max_docs: int | None) -> torch.T
     return stream[: n * num_streams].view(num_streams, n)
 
 
-def run_arm(memory: bool, seed: int, args, shards: Path, dev: Path, out: Path) -> Path:
-    """Pretrain one arm (or reuse a finished run); returns its final directory."""
+def run_arm(memory: bool, seed: int, args, extra: dict[str, Any], shards: Path, dev: Path, out: Path) -> Path:
+    """Pretrain one arm with the --set overrides `extra` (or reuse a finished run); returns its final directory."""
     # The overrides name the run, so a finished run is reused only for the same settings.
     run = out / "".join([f"{'memory' if memory else 'no-memory'}", *(f"+{item}" for item in args.set), f"-{seed}"])
     overrides = {
@@ -86,7 +86,7 @@ def run_arm(memory: bool, seed: int, args, shards: Path, dev: Path, out: Path) -
         "data.eval_shards": str(dev),
         "objective_args.memory": memory,
         "train.seed": seed,
-        **overrides_of(args.set),
+        **extra,
     }
     log = max(1, args.steps // 20)
     summary = pretrain_once(CONFIG, run, args.steps, overrides, evals=4, threads=args.threads, log_every=log)
@@ -164,7 +164,8 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     shards, dev = corpus_shards(args.corpus, out)
-    cfg = load_pretrain_config(CONFIG, overrides_of(args.set))
+    extra = overrides_of(args.set)
+    cfg = load_pretrain_config(CONFIG, extra)
     segment_len, train_mem = cfg.objective_args["segment_len"], cfg.model["mem_len"]
     streams = dev_streams(dev, args.streams, args.dev_docs)
     print(f"CPU {cpu_capability()}, torch {torch.__version__}; dev streams {tuple(streams.shape)}", flush=True)
@@ -174,7 +175,8 @@ def main() -> None:
         for memory in (True, False):
             # -1: the longest distance this arm's training saw (its segment, and the memory before it if any).
             clamp = segment_len - 1 + (train_mem if memory else 0) if args.eval_clamp < 0 else args.eval_clamp
-            ppl = evaluate(run_arm(memory, seed, args, shards, dev, out), streams, segment_len, args.eval_mems, clamp)
+            final = run_arm(memory, seed, args, extra, shards, dev, out)
+            ppl = evaluate(final, streams, segment_len, args.eval_mems, clamp)
             curves["with memory" if memory else "without memory"].append([ppl[m] for m in args.eval_mems])
             rows.append({"seed": seed, "memory": memory, "dev_ppl": ppl})
             print(json.dumps(rows[-1]), flush=True)
