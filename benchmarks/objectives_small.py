@@ -12,19 +12,27 @@ kind (WordPiece; byte-level BPE for RoBERTa; Unigram for ALBERT), all with one v
 none for English): token masking, then whole-word masking from half-way.
 
 Every pretrained encoder, and BERT-mini from random init (the "random init" row), then fine-tunes
-with one recipe on `wiki-topics` and is scored on the dev split. With `--seeds N` pretraining and
+with one recipe on `wiki-topics` and is scored on the dev split. A family whose encoder or tokenizer
+is not BERT-mini's (RoBERTa's byte-level BPE, ALBERT's shared layers, ELECTRA's factorised word table)
+is also measured against its own architecture and tokenizer from random init (`random_init-<family>`),
+so that every gain is against the same architecture from random init. With `--seeds N` pretraining and
 fine-tuning repeat with seeds 0..N-1 and the table gives mean +- sd. Finished stages under --out
-are reused. Writes results.json / results.md and, with --docs, the table into docs/variants.md.
-Last line: JSON `{"families": {name: {"dev_accuracy", "dev_accuracy_sd"}}, "random_init": {...},
-"seeds": N, "ratio": BERT's dev accuracy over random init's}`.
+are reused; a fine-tuning recipe other than the table's (the --ft-* options) gets its own directories
+beside the table's, so both are kept. Writes results.json / results.md and, with --docs, the table
+into docs/variants.md (one block per fine-tuning recipe).
+Last line: JSON `{"families": {name: {"dev_accuracy", "dev_accuracy_sd", "random_arm", "vs_random_arm"}},
+"random_init": {...}, "random_arms": {arm: {...}}, "seeds": N, "ratio": BERT's dev accuracy over random
+init's}`.
 
     python benchmarks/objectives_small.py --quick                  # every family, tiny budget: < 15 min
     python benchmarks/objectives_small.py --seeds 3 --docs          # the recorded run (docs/variants.md)
+    python benchmarks/objectives_small.py --seeds 3 --docs --ft-examples 0   # the same, fine-tuned on all
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -35,9 +43,9 @@ from typing import Any
 from bertzoo.config import load_finetune_config, load_pretrain_config
 from bertzoo.data.corpus import read_documents
 from bertzoo.data.shards import prepare_shards
-from bertzoo.data.tokenizer import train_bpe, train_unigram, train_wordpiece
+from bertzoo.data.tokenizer import Tokenizer, train_bpe, train_unigram, train_wordpiece
 from bertzoo.precision import cpu_capability
-from bertzoo.train.finetune import finetune
+from bertzoo.train.finetune import finetune, random_model_config
 from bertzoo.train.pretrain import pretrain
 
 # The tokenizer kind of each family, and what (beyond corpus, budget and seed) differs from its config.
@@ -55,11 +63,55 @@ FAMILIES: dict[str, dict[str, Any]] = {
 RANDOM_INIT = "random_init"
 TRAINERS = {"wordpiece": train_wordpiece, "bpe": train_bpe, "unigram": train_unigram}
 FINETUNE = "configs/finetune/wiki-topics-bert-mini.yaml"
+# The table's fine-tuning recipe (docs/pretraining.md's): (examples, length, lr, epochs, pooling, LP-FT epochs).
+TABLE_RECIPE = (2000, 64, 1e-3, 2.0, "mean", 0)
 
 
-def markers() -> tuple[str, str]:
-    """Where the table goes in docs/variants.md."""
-    return "<!-- results:start -->", "<!-- results:end -->"
+def finetune_tag(args) -> str:
+    """The fine-tuning recipe as a directory name (examples x length, lr, epochs, pooling, LP-FT epochs)."""
+    return (
+        f"{args.ft_examples or 'all'}x{args.ft_len}-lr{args.ft_lr:g}-e{args.ft_epochs:g}-{args.ft_pooling}"
+        f"-hf{args.ft_head_first}"
+    )
+
+
+def finetune_dir(args) -> str:
+    """Where a run's fine-tuning goes: `finetune` for the table's recipe, `finetune-<tag>` for any other."""
+    recipe = (args.ft_examples, args.ft_len, args.ft_lr, args.ft_epochs, args.ft_pooling, args.ft_head_first)
+    return "finetune" if recipe == TABLE_RECIPE else f"finetune-{finetune_tag(args)}"
+
+
+def markers(ft_dir: str = "finetune") -> tuple[str, str]:
+    """Where the table of a fine-tuning recipe goes in docs/variants.md."""
+    name = "results" if ft_dir == "finetune" else f"results-{ft_dir.removeprefix('finetune-')}"
+    return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+
+
+def random_arm(name: str, shards: dict[str, Path]) -> tuple[str, dict[str, Any]]:
+    """The random init that `name`'s gain is measured against, as (arm name, fine-tuning init): its own
+    architecture and tokenizer with random weights. A family that fine-tunes BERT-mini's encoder with BERT-mini's
+    tokenizer kind shares the table's random-init row (`random_init`)."""
+
+    def init_of(family: str) -> dict[str, Any]:
+        recipe = load_pretrain_config(f"configs/pretrain/{family}-mini.yaml")
+        tokenizer = str(shards[FAMILIES[family]["tokenizer"]] / "tokenizer")
+        return {"model": "", "model_config": {"variant": recipe.variant, **recipe.model}, "tokenizer": tokenizer}
+
+    base = init_of("bert")  # the random-init row: BERT-mini's architecture (dropout included, as pretrained)
+    if name in (RANDOM_INIT, "bert"):
+        return RANDOM_INIT, base
+    own = init_of(name)
+    tokenizer = Tokenizer.load(base["tokenizer"])
+    (own_variant, own_config), (_, base_config) = (
+        random_model_config(i["model_config"], tokenizer) for i in (own, base)
+    )
+    # The same backbone: bertzoo's Encoder (no family class of its own) built from equal fields, the family aside.
+    same = (
+        own["tokenizer"] == base["tokenizer"]
+        and getattr(own_variant, "encoder_model", None) is None
+        and dataclasses.replace(own_config, variant=base_config.variant) == base_config
+    )
+    return (RANDOM_INIT, base) if same else (f"{RANDOM_INIT}-{name}", own)
 
 
 def pretrain_family(name: str, shards: Path, out: Path, seed: int, args) -> dict[str, Any]:
@@ -141,14 +193,16 @@ def dev_metric(report: dict[str, Any], metric: str = "accuracy") -> float:
     return float(report["dev"]["metrics"][metric])
 
 
-def claimed_elsewhere(run_dir: Path) -> bool:
-    """--no-table processes sharing one --out: True if another process has claimed this family and seed (an
-    exclusive create of a marker file), so each run is made once. A table run ignores the markers."""
-    if (run_dir / "finetune" / "report.json").is_file():
+def claimed_elsewhere(run_dir: Path, ft_dir: str = "finetune") -> bool:
+    """--no-table processes sharing one --out: True if another process has claimed this family, seed and
+    fine-tuning recipe (an exclusive create of a marker file), so each run is made once. A table run ignores
+    the markers."""
+    if (run_dir / ft_dir / "report.json").is_file():
         return False  # done: read, not run
     run_dir.mkdir(parents=True, exist_ok=True)
+    marker = ".claimed" if ft_dir == "finetune" else f".claimed-{ft_dir}"
     try:
-        os.close(os.open(run_dir / ".claimed", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        os.close(os.open(run_dir / marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
     except FileExistsError:
         return True
     return False
@@ -156,16 +210,15 @@ def claimed_elsewhere(run_dir: Path) -> bool:
 
 def run_seed(name: str, shards: dict[str, Path], out: Path, seed: int, args) -> dict[str, Any] | None:
     """Pretrain (unless random init) and fine-tune one family with one seed; its row (None: claimed elsewhere)."""
-    if args.no_table and claimed_elsewhere(out / name / f"seed{seed}"):
+    ft_dir = finetune_dir(args)
+    if args.no_table and claimed_elsewhere(out / name / f"seed{seed}", ft_dir):
         print(f"{name} seed {seed}: claimed by another process", flush=True)
         return None
-    kind = FAMILIES.get(name, {"tokenizer": "wordpiece"})["tokenizer"]
-    if name == RANDOM_INIT:  # BERT-mini's architecture (dropout included, as pretrained) and tokenizer, random weights
-        arch = load_pretrain_config("configs/pretrain/bert-mini.yaml").model
-        init = {"model": "", "model_config": arch, "tokenizer": str(shards[kind] / "tokenizer")}
+    if name.startswith(RANDOM_INIT):  # a family's architecture and tokenizer, random weights
+        init = random_arm(name.partition("-")[2] or RANDOM_INIT, shards)[1]
         row: dict[str, Any] = {"family": name, "seed": seed, "pretrain_tokens": 0}
     else:
-        summary = pretrain_family(name, shards[kind], out, seed, args)
+        summary = pretrain_family(name, shards[FAMILIES[name]["tokenizer"]], out, seed, args)
         # A run stopped by --minutes still leaves final/ (the model as it was when time ran out).
         init = {"model": summary["final_dir"]}
         row = {
@@ -176,7 +229,7 @@ def run_seed(name: str, shards: dict[str, Path], out: Path, seed: int, args) -> 
             "pretrain_tokens_per_s": round(summary["tokens_per_s"], 1),
             "stop_reason": summary.get("stop_reason"),
         }
-    row.update(finetune_dev(init, out / name / f"seed{seed}" / "finetune", seed, args))
+    row.update(finetune_dev(init, out / name / f"seed{seed}" / ft_dir, seed, args))
     print(json.dumps(row), flush=True)
     return row
 
@@ -196,7 +249,21 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return out
 
 
-def table(summary: dict[str, dict[str, float]], args, precision: str) -> str:
+def paired_gains(rows: list[dict[str, Any]], arms: dict[str, str]) -> dict[str, dict[str, float]]:
+    """Each family's dev accuracy minus its random arm's, seed by seed (the same seed fine-tunes both): mean, sd."""
+    acc = {(r["family"], r["seed"]): r["dev_accuracy"] for r in rows}
+    out = {}
+    for name, arm in arms.items():
+        diffs = [acc[name, seed] - acc[arm, seed] for (family, seed) in acc if family == name and (arm, seed) in acc]
+        if diffs:
+            sd = statistics.stdev(diffs) if len(diffs) > 1 else 0.0
+            out[name] = {"vs_random_arm": round(statistics.mean(diffs), 4), "vs_random_arm_sd": round(sd, 4)}
+    return out
+
+
+def table(
+    summary: dict[str, dict[str, float]], arms: dict[str, str], gains: dict[str, dict[str, float]], args, precision: str
+) -> str:
     lines = [
         f"Measured {time.strftime('%Y-%m-%d')} on the 2-core CPU ({cpu_capability()}, {precision}): "
         f"{args.sequences:,} sequences of <= 128 tokens per family through its own recipe, vocabulary "
@@ -204,19 +271,28 @@ def table(summary: dict[str, dict[str, float]], args, precision: str) -> str:
         f"{args.ft_examples or 'all'} wiki-topics examples of <= {args.ft_len} tokens, lr {args.ft_lr:g}, "
         f"sentence vector: {'pooled [CLS]' if args.ft_pooling == 'cls' else 'mean of the last layer'}.",
         "",
-        "| family | dev accuracy (mean ± sd) | vs random init | pretraining tokens/s |",
-        "| --- | ---: | ---: | ---: |",
+        "| family | dev accuracy (mean ± sd) | vs random init | its own architecture from random init | "
+        "vs that, paired by seed (mean ± sd) | pretraining tokens/s |",
+        "| --- | ---: | ---: | --- | ---: | ---: |",
     ]
     base = summary[RANDOM_INIT]["dev_accuracy"]
     for name, s in summary.items():
         rate = f"{s['tokens_per_s']:,.0f}" if "tokens_per_s" in s else "—"
-        gain = "—" if name == RANDOM_INIT else f"{s['dev_accuracy'] - base:+.3f}"
-        lines.append(f"| {name} | {s['dev_accuracy']:.3f} ± {s['dev_accuracy_sd']:.3f} | {gain} | {rate} |")
+        gain = "—" if name.startswith(RANDOM_INIT) else f"{s['dev_accuracy'] - base:+.3f}"
+        arm, own = arms.get(name), "—"
+        if arm in summary:
+            own = f"{arm}: {summary[arm]['dev_accuracy']:.3f}"
+        paired = (
+            f"{gains[name]['vs_random_arm']:+.3f} ± {gains[name]['vs_random_arm_sd']:.3f}" if name in gains else "—"
+        )
+        lines.append(
+            f"| {name} | {s['dev_accuracy']:.3f} ± {s['dev_accuracy_sd']:.3f} | {gain} | {own} | {paired} | {rate} |"
+        )
     return "\n".join(lines)
 
 
-def write_docs(path: Path, text: str) -> None:
-    start, end = markers()
+def write_docs(path: Path, text: str, ft_dir: str = "finetune") -> None:
+    start, end = markers(ft_dir)
     doc = path.read_text() if path.is_file() else f"# Variants\n\n{start}\n{end}\n"
     if start not in doc:
         doc += f"\n{start}\n{end}\n"
@@ -260,19 +336,28 @@ def main() -> None:
     rows = [run_seed(name, shards, out, seed, args) for seed in range(args.seeds) for name in args.families]
     if args.no_table:
         return
-    rows += [run_seed(RANDOM_INIT, shards, out, seed, args) for seed in range(args.seeds)]
+    arms = {name: random_arm(name, shards)[0] for name in args.families}
+    for arm in dict.fromkeys([RANDOM_INIT, *arms.values()]):
+        rows += [run_seed(arm, shards, out, seed, args) for seed in range(args.seeds)]
     summary = summarise(rows)
+    gains = paired_gains(rows, arms)
     precision = json.loads((out / args.families[0] / "seed0" / "pretrain" / "run_config.json").read_text())
-    text = table(summary, args, precision.get("resolved", {}).get("precision", "?"))
-    (out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
-    (out / "results.md").write_text(text + "\n")
+    text = table(summary, arms, gains, args, precision.get("resolved", {}).get("precision", "?"))
+    ft_dir = finetune_dir(args)
+    suffix = ft_dir.removeprefix("finetune")  # "" for the table's recipe
+    (out / f"results{suffix}.json").write_text(json.dumps(rows, indent=2) + "\n")
+    (out / f"results{suffix}.md").write_text(text + "\n")
     print(text)
     if args.docs:
-        write_docs(Path("docs/variants.md"), text)
+        write_docs(Path("docs/variants.md"), text, ft_dir)
     random_init = summary.pop(RANDOM_INIT)
+    random_arms = {arm: summary.pop(arm) for arm in list(summary) if arm.startswith(RANDOM_INIT)}
+    for name in summary:
+        summary[name].update({"random_arm": arms[name], **gains.get(name, {})})
     first = summary.get("bert", next(iter(summary.values())))
     ratio = round(first["dev_accuracy"] / max(random_init["dev_accuracy"], 1e-9), 4)
-    print(json.dumps({"families": summary, "random_init": random_init, "seeds": args.seeds, "ratio": ratio}))
+    result = {"families": summary, "random_init": random_init, "random_arms": random_arms, "seeds": args.seeds}
+    print(json.dumps({**result, "ratio": ratio}))
 
 
 if __name__ == "__main__":

@@ -42,8 +42,8 @@ from bertzoo.variants import get_variant
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from objectives_small import add_finetune_args, finetune_dev  # noqa: E402
-from recipe_study import finetune_tag, pretrain_once, shards_for  # noqa: E402
+from objectives_small import add_finetune_args, finetune_dev, finetune_tag  # noqa: E402
+from recipe_study import pretrain_once, shards_for  # noqa: E402
 
 VOCAB = 8192
 ERNIE = "configs/pretrain/ernie-thu-mini.yaml"

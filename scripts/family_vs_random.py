@@ -33,8 +33,8 @@ from bertzoo.precision import cpu_capability
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from objectives_small import add_finetune_args, finetune_dev  # noqa: E402
-from recipe_study import finetune_tag, overrides_of, pretrain_once  # noqa: E402
+from objectives_small import add_finetune_args, finetune_dev, finetune_tag  # noqa: E402
+from recipe_study import overrides_of, pretrain_once  # noqa: E402
 
 VOCAB = 8192
 TASKS = {  # name: (fine-tuning config, the dev metric compared)

@@ -34,7 +34,7 @@ from bertzoo.train.pretrain import pretrain
 PRETRAIN = "configs/pretrain/bert-mini.yaml"
 # The fine-tuning arm is the equal-budget benchmark's (one recipe, reused when done).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from objectives_small import add_finetune_args, finetune_dev  # noqa: E402
+from objectives_small import add_finetune_args, finetune_dev, finetune_tag  # noqa: E402
 
 # Levers, each changed alone against the config file as it is, or joined with "+" (vocab8k+pre-ln).
 LEVERS: dict[str, dict[str, Any]] = {
@@ -201,14 +201,6 @@ def run_recipe(name: str, out: Path, docs: list[str], args) -> dict[str, Any]:
     }
     print(json.dumps(row), flush=True)
     return row
-
-
-def finetune_tag(args) -> str:
-    """The fine-tuning recipe as a directory name (examples x length, lr, epochs, pooling, LP-FT epochs)."""
-    return (
-        f"{args.ft_examples or 'all'}x{args.ft_len}-lr{args.ft_lr:g}-e{args.ft_epochs:g}-{args.ft_pooling}"
-        f"-hf{args.ft_head_first}"
-    )
 
 
 def _arch(spec: dict[str, Any]) -> dict[str, Any]:

@@ -78,14 +78,7 @@ def build_encoder(cfg: FinetuneConfig, tokenizer) -> nn.Module:
         whole = uses_decoder and config.is_encoder_decoder
         encoder = load_encoder_decoder(path) if whole else load_encoder(path)
     else:
-        spec = dict(cfg.model_config)
-        variant = get_variant(spec.pop("variant", "bert"))
-        # The fields a pretraining run of the variant would get from this tokenizer (bertzoo.train.pretrain).
-        for key, value in getattr(variant, "model_defaults", lambda t: {})(tokenizer).items():
-            spec.setdefault(key, value)
-        spec.setdefault("vocab_size", tokenizer.vocab_size)
-        spec.setdefault("pad_token_id", tokenizer.pad_id)
-        config = variant.model_config(spec)
+        variant, config = random_model_config(cfg.model_config, tokenizer)
         whole = uses_decoder and config.is_encoder_decoder
         if whole:
             encoder = _seeded(cfg.train.seed, lambda: variant.build(config))
@@ -117,6 +110,20 @@ def build_encoder(cfg: FinetuneConfig, tokenizer) -> nn.Module:
     if check is not None:
         check(cfg)
     return encoder
+
+
+def random_model_config(model_config: dict[str, Any], tokenizer) -> tuple[Any, Any]:
+    """The variant and `ModelConfig` that a from-scratch run builds from `model_config` ({variant, preset, ...})
+    with `tokenizer`: the fields a pretraining run of the variant takes from it (bertzoo.train.pretrain) filled in."""
+    from bertzoo.variants import get_variant
+
+    spec = dict(model_config)
+    variant = get_variant(spec.pop("variant", "bert"))
+    for key, value in getattr(variant, "model_defaults", lambda t: {})(tokenizer).items():
+        spec.setdefault(key, value)
+    spec.setdefault("vocab_size", tokenizer.vocab_size)
+    spec.setdefault("pad_token_id", tokenizer.pad_id)
+    return variant, variant.model_config(spec)
 
 
 def _encoder_from_config(config) -> nn.Module:
