@@ -38,13 +38,14 @@ def budget_dir(out: Path, sequences: int) -> Path:
 
 
 def share_common(out: Path, budgets: list[int]) -> None:
-    """Link the first budget's tokenizer shards and random-init runs into every other budget's directory."""
+    """Link the first budget's tokenizer shards and random-init runs (every family's random arm, which no budget
+    changes) into every other budget's directory."""
     first = budget_dir(out, budgets[0])
     for sequences in budgets[1:]:
         target = budget_dir(out, sequences)
         target.mkdir(parents=True, exist_ok=True)
         for common in first.iterdir():
-            if common.name.startswith("shards-") or common.name == RANDOM_INIT:
+            if common.name.startswith(("shards-", RANDOM_INIT)):
                 link = target / common.name
                 if not link.exists():
                     link.symlink_to(os.path.relpath(common.resolve(), target))

@@ -43,3 +43,21 @@ def test_no_run_collects_every_finished_seed_and_reports_electra_over_bert(tmp_p
     assert json.loads((tmp_path / "curve.json").read_text())["random_init"] == [0.52, 0.56]
     if "no picture" not in done.stdout:
         assert (tmp_path / "budget_curve.png").stat().st_size > 1000
+
+
+def test_every_random_arm_and_the_shards_are_shared_between_budgets_but_not_the_pretrained_runs(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("budget_curve", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(SCRIPT.parents[1] / "benchmarks"))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(SCRIPT.parents[1] / "benchmarks"))
+    for name in ("shards-wordpiece-8192", "random_init", "random_init-electra", "electra"):
+        (tmp_path / "s100" / name).mkdir(parents=True)
+    module.share_common(tmp_path, [100, 200])
+    shared = sorted(p.name for p in (tmp_path / "s200").iterdir())
+    assert shared == ["random_init", "random_init-electra", "shards-wordpiece-8192"]
+    assert all((tmp_path / "s200" / name).is_symlink() for name in shared)
