@@ -188,6 +188,24 @@ def test_ddp_mlm_only_objective_with_a_pooler(synthetic_shards, tmp_path):
     assert any(k.startswith("encoder.pooler") for k in load_file(out / "final" / "model.safetensors"))
 
 
+def test_ddp_electra_with_gradient_disentangled_sharing_matches_one_process(synthetic_shards, tmp_path):
+    """ELECTRA with DeBERTaV3's disentangled word tables (E_D = sg(E_G) + delta) under 2 processes follows the one
+    process of twice the batch: the delta and the generator's table both get their gradients reduced, and the
+    discriminator's table ends apart from the generator's (the delta moved)."""
+    electra = ("--variant", "electra", "--objective", "electra", "--model.preset", "electra-mini",
+               "--model.num_layers", "1", "--model.hidden_size", "64", "--model.num_heads", "2",
+               "--model.intermediate_size", "128", "--model.embedding_size", "32",
+               "--objective_args.embedding_sharing", "disentangled")  # fmt: skip
+    one, two = tmp_path / "one", tmp_path / "two"
+    run(synthetic_shards, one, nproc=1, batch=8, extra=electra)
+    run(synthetic_shards, two, nproc=2, batch=4, extra=electra)
+    assert_same_weights(one, two)
+    final = load_file(one / "final" / "model.safetensors")
+    gap = final["discriminator.encoder.embeddings.word.weight"] - final["generator.encoder.embeddings.word.weight"]
+    assert float(gap.abs().max()) > 1e-4
+    assert float(final["discriminator.word_delta"].abs().max()) > 1e-4
+
+
 def test_ddp_time_clocked_schedule_stops_every_rank_together(synthetic_shards, tmp_path):
     """`schedule_clock: time` under 2 processes: the ranks average their clocks each step, so they agree
     on the learning rate and on the step the budget ends at (a disagreement would hang or fail the

@@ -292,3 +292,26 @@ def test_the_exporter_refuses_what_t5_cannot_hold(tmp_path) -> None:
         with pytest.raises(CheckpointError, match=message):
             export_hf(model, tmp_path / "x")
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize(("proj", "tie"), [("relu", True), ("gated-gelu", False)])
+def test_gradients_equal_transformers(tmp_path, proj, tie) -> None:
+    """Training sees what transformers' T5 sees: the loss's gradients into the relative-position tables (the only
+    position signal), the word table (tied head or not) and the LM head equal transformers' at 1e-5."""
+    hf = tiny_hf(proj, tie)
+    hf.save_pretrained(tmp_path)
+    _, ours = loading.load(tmp_path)
+    ours.eval()
+    ids, mask, labels = inputs(2)
+    hf(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
+    ours(Batch(ids, mask, labels=labels)).loss.backward()
+    pairs = {
+        "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight": ours.encoder.relative_bias.weight,
+        "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight": ours.decoder.relative_bias.weight,
+        "shared.weight": ours.encoder.embeddings.word.weight,
+        "lm_head.weight": ours.lm_head.decoder.weight,
+    }
+    theirs = dict(hf.named_parameters(remove_duplicate=False))
+    for name, param in pairs.items():
+        assert float(param.grad.abs().max()) > 1e-4, name  # the loss reaches it
+        close(param.grad, theirs[name].grad)
