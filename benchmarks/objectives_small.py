@@ -308,7 +308,8 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=None, help="optional wall-clock cap per pretraining run")
     ap.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (pretraining and fine-tuning)")
     ap.add_argument("--vocab", type=int, default=8192)
-    add_finetune_args(ap, lr=1e-3, examples=2000, length=64)  # the fine-tuning recipe of docs/pretraining.md
+    examples, length, lr, epochs, pooling, _ = TABLE_RECIPE  # the fine-tuning recipe of docs/pretraining.md
+    add_finetune_args(ap, epochs=epochs, lr=lr, examples=examples, length=length, pooling=pooling)
     ap.add_argument("--out", default="runs/objectives_small")
     ap.add_argument("--docs", action="store_true", help="write the table into docs/variants.md")
     ap.add_argument("--quick", action="store_true", help="every family, a tiny budget, one seed: < 15 min")

@@ -22,13 +22,14 @@ import math
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from bertzoo.config import FinetuneConfig, resolve_batching, to_plain
+from bertzoo.config import FinetuneConfig, ModelConfig, resolve_batching, to_plain
 from bertzoo.errors import CheckpointError, ConfigError, DataError
 from bertzoo.io import FINETUNE_CONFIG
 from bertzoo.loading import BUILTIN_PREFIX, HUB_PREFIX, load_finetuned
@@ -112,7 +113,7 @@ def build_encoder(cfg: FinetuneConfig, tokenizer) -> nn.Module:
     return encoder
 
 
-def random_model_config(model_config: dict[str, Any], tokenizer) -> tuple[Any, Any]:
+def random_model_config(model_config: dict[str, Any], tokenizer) -> tuple[ModuleType, ModelConfig]:
     """The variant and `ModelConfig` that a from-scratch run builds from `model_config` ({variant, preset, ...})
     with `tokenizer`: the fields a pretraining run of the variant takes from it (bertzoo.train.pretrain) filled in."""
     from bertzoo.variants import get_variant
