@@ -87,31 +87,31 @@ def markers(ft_dir: str = "finetune") -> tuple[str, str]:
     return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
 
 
-def random_arm(name: str, shards: dict[str, Path]) -> tuple[str, dict[str, Any]]:
-    """The random init that `name`'s gain is measured against, as (arm name, fine-tuning init): its own
-    architecture and tokenizer with random weights. A family that fine-tunes BERT-mini's encoder with BERT-mini's
-    tokenizer kind shares the table's random-init row (`random_init`)."""
+def random_init_spec(family: str, shards: dict[str, Path]) -> dict[str, Any]:
+    """The fine-tuning init of `family`'s own architecture (its mini config's model section, dropout included, as
+    pretrained) and tokenizer with random weights."""
+    recipe = load_pretrain_config(f"configs/pretrain/{family}-mini.yaml")
+    tokenizer = str(shards[FAMILIES[family]["tokenizer"]] / "tokenizer")
+    return {"model": "", "model_config": {"variant": recipe.variant, **recipe.model}, "tokenizer": tokenizer}
 
-    def init_of(family: str) -> dict[str, Any]:
-        recipe = load_pretrain_config(f"configs/pretrain/{family}-mini.yaml")
-        tokenizer = str(shards[FAMILIES[family]["tokenizer"]] / "tokenizer")
-        return {"model": "", "model_config": {"variant": recipe.variant, **recipe.model}, "tokenizer": tokenizer}
 
-    base = init_of("bert")  # the random-init row: BERT-mini's architecture (dropout included, as pretrained)
-    if name in (RANDOM_INIT, "bert"):
-        return RANDOM_INIT, base
-    own = init_of(name)
+def random_arm(name: str, shards: dict[str, Path]) -> str:
+    """The random arm that `name`'s gain is measured against: `random_init-<name>`, its own architecture and
+    tokenizer from random init, unless it fine-tunes BERT-mini's encoder with BERT-mini's tokenizer kind; then the
+    table's random-init row (`random_init`, BERT-mini's)."""
+    if name == "bert":
+        return RANDOM_INIT
+    own, base = random_init_spec(name, shards), random_init_spec("bert", shards)
     tokenizer = Tokenizer.load(base["tokenizer"])
-    (own_variant, own_config), (_, base_config) = (
-        random_model_config(i["model_config"], tokenizer) for i in (own, base)
-    )
+    own_variant, own_config = random_model_config(own["model_config"], tokenizer)
+    base_config = random_model_config(base["model_config"], tokenizer)[1]
     # The same backbone: bertzoo's Encoder (no family class of its own) built from equal fields, the family aside.
     same = (
         own["tokenizer"] == base["tokenizer"]
         and getattr(own_variant, "encoder_model", None) is None
         and dataclasses.replace(own_config, variant=base_config.variant) == base_config
     )
-    return (RANDOM_INIT, base) if same else (f"{RANDOM_INIT}-{name}", own)
+    return RANDOM_INIT if same else f"{RANDOM_INIT}-{name}"
 
 
 def pretrain_family(name: str, shards: Path, out: Path, seed: int, args) -> dict[str, Any]:
@@ -214,8 +214,8 @@ def run_seed(name: str, shards: dict[str, Path], out: Path, seed: int, args) -> 
     if args.no_table and claimed_elsewhere(out / name / f"seed{seed}", ft_dir):
         print(f"{name} seed {seed}: claimed by another process", flush=True)
         return None
-    if name.startswith(RANDOM_INIT):  # a family's architecture and tokenizer, random weights
-        init = random_arm(name.partition("-")[2] or RANDOM_INIT, shards)[1]
+    if name.startswith(RANDOM_INIT):  # `random_init-<family>`, or BERT-mini's for the plain row: random weights
+        init = random_init_spec(name.partition("-")[2] or "bert", shards)
         row: dict[str, Any] = {"family": name, "seed": seed, "pretrain_tokens": 0}
     else:
         summary = pretrain_family(name, shards[FAMILIES[name]["tokenizer"]], out, seed, args)
@@ -337,7 +337,7 @@ def main() -> None:
     rows = [run_seed(name, shards, out, seed, args) for seed in range(args.seeds) for name in args.families]
     if args.no_table:
         return
-    arms = {name: random_arm(name, shards)[0] for name in args.families}
+    arms = {name: random_arm(name, shards) for name in args.families}
     for arm in dict.fromkeys([RANDOM_INIT, *arms.values()]):
         rows += [run_seed(arm, shards, out, seed, args) for seed in range(args.seeds)]
     summary = summarise(rows)

@@ -102,7 +102,7 @@ def test_each_family_is_measured_against_its_own_architecture_from_random_init(b
         shards[kind] = tmp_path / kind
         train(texts, 300).save(shards[kind] / "tokenizer")
     arms = {name: bench.random_arm(name, shards) for name in bench.FAMILIES}
-    assert {name: arm for name, (arm, _) in arms.items()} == {
+    assert arms == {
         "bert": "random_init",
         "roberta": "random_init-roberta",
         "albert": "random_init-albert",
@@ -110,6 +110,6 @@ def test_each_family_is_measured_against_its_own_architecture_from_random_init(b
         "ernie": "random_init",
         "electra": "random_init-electra",
     }
-    assert arms["roberta"][1]["tokenizer"] == str(shards["bpe"] / "tokenizer")
-    assert arms["albert"][1]["model_config"]["variant"] == "albert"
-    assert arms["electra"][1]["model"] == ""  # random weights, not a checkpoint
+    assert bench.random_init_spec("roberta", shards)["tokenizer"] == str(shards["bpe"] / "tokenizer")
+    assert bench.random_init_spec("albert", shards)["model_config"]["variant"] == "albert"
+    assert bench.random_init_spec("electra", shards)["model"] == ""  # random weights, not a checkpoint
