@@ -10,12 +10,18 @@ Steps, each skipped when its output already exists (so the study can be stopped 
      `--pretrain-minutes`), fine-tuned on chinese-sentiment (configs/finetune/chinese-sentiment-zh-minilm.yaml);
 2. general distillation into a random 4 x 312 TinyBERT (configs/distill/tinybert-general-minilm.yaml with the
    teacher's shards) and, on wiki-topics, of MiniLM into 3 of its layers (DistilBERT init), whose MLM head
-   proposes TinyBERT's augmentation (MiniLM has none; the Chinese teacher's own pretrained MLM does it);
+   proposes the augmentations (MiniLM has none; the Chinese teacher's own pretrained MLM does it); each only
+   when one of `--arms` reads it;
 3. per seed, four task runs on the same fine-tuning data:
    - distilbert:        3 layers from the teacher, soft targets (T = 2) + gold labels;
    - distilbert-nokd:   the same student and schedule, gold labels only (no teacher);
    - tinybert:          the general-distilled 4 x 312, intermediate then prediction on augmented data;
    - tinybert-nokd:     the same general-distilled student, gold labels only, no augmentation;
+   - distilbert-aug:    3 layers from the teacher, soft targets + gold labels on the training set and `--copies`
+                        augmented copies of each example, for `--aug-epochs` (by default as many steps as
+                        `distilbert`);
+   - distilbert-aug-nokd: the same augmented data and steps, gold labels only (each copy keeps its example's
+                        label): what the augmentation alone is worth, so the gap to distilbert-aug is the teacher's;
 4. inference speed of each student against the teacher (benchmarks/distill_throughput.py).
 
 Prints a table and, last, one JSON line. Usage:
@@ -38,7 +44,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from bertzoo.cli import main as cli  # noqa: E402
 
-ARMS = ("distilbert", "distilbert-nokd", "tinybert", "tinybert-nokd")
+ARMS = ("distilbert", "distilbert-nokd", "tinybert", "tinybert-nokd", "distilbert-aug", "distilbert-aug-nokd")
 
 
 def run(args: list[str]) -> None:
@@ -65,8 +71,10 @@ def wiki_teacher(args: argparse.Namespace, out: Path) -> tuple[Path, dict[str, P
     for shards, split in (("shards-minilm", "builtin:wiki-en"), ("dev-shards-minilm", "builtin:wiki-en:dev")):
         if not (out / shards / "meta.json").is_file():
             run(["prepare", "-i", split, "--tokenizer", "builtin:all-minilm-l6-v2", "--out", str(out / shards)])
-    general = general_students(args, out, ("distilbert", "tinybert"), [])
-    return teacher_run / "model", general, general["distilbert"] / "model"
+    # the DistilBERT general student is built for its MLM head, which proposes the augmentations
+    names = tuple(n for n in ("distilbert", "tinybert") if n in needs(args.arms))
+    general = general_students(args, out, names, [])
+    return teacher_run / "model", general, out / "distilbert-general" / "model"
 
 
 def chinese_teacher(args: argparse.Namespace, out: Path) -> tuple[Path, dict[str, Path], Path]:
@@ -89,8 +97,17 @@ def chinese_teacher(args: argparse.Namespace, out: Path) -> tuple[Path, dict[str
         run(["finetune", "configs/finetune/chinese-sentiment-zh-minilm.yaml", "--model", str(pretrained),
              "--train.output_dir", str(teacher_run), "--data.max_seq_len", str(args.teacher_len),
              "--train.epochs", str(args.teacher_epochs)])  # fmt: skip
-    general = general_students(args, out, ("tinybert",), ["--teacher", str(pretrained)])
+    general = general_students(
+        args, out, ("tinybert",) if "tinybert" in needs(args.arms) else (), ["--teacher", str(pretrained)]
+    )
     return teacher_run / "model", general, pretrained
+
+
+def needs(arms: list[str]) -> set[str]:
+    """Which general students the arms need: TinyBERT's for its arms, DistilBERT's as the augmenting MLM."""
+    tiny = any(a.startswith("tinybert") for a in arms)
+    augmented = "tinybert" in arms or any(a.startswith("distilbert-aug") for a in arms)
+    return ({"tinybert"} if tiny else set()) | ({"distilbert"} if augmented else set())
 
 
 def general_students(args: argparse.Namespace, out: Path, names: tuple[str, ...], extra: list[str]) -> dict[str, Path]:
@@ -137,7 +154,13 @@ def main() -> None:
     p.add_argument("--general-steps", type=int, default=320, help="steps of each general distillation")
     p.add_argument("--general-minutes", type=float, default=15, help="each general distillation's time cap")
     p.add_argument("--epochs", type=float, default=3, help="task epochs of the DistilBERT students")
-    p.add_argument("--copies", type=int, default=2, help="TinyBERT augmentation: copies per training example")
+    p.add_argument("--copies", type=int, default=2, help="augmentation: copies per training example")
+    p.add_argument(
+        "--aug-epochs",
+        type=float,
+        default=None,
+        help="epochs of the distilbert-aug arms (default: --epochs / (copies + 1), the steps of distilbert)",
+    )
     p.add_argument("--inter-epochs", type=float, default=1, help="TinyBERT task stage: intermediate epochs")
     p.add_argument("--max-train", type=int, default=None, help="students' training examples (default: all)")
     p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS), help="students to train (default: all)")
@@ -157,18 +180,26 @@ def main() -> None:
         },
         {"name": "prediction", "loss": {"ce": 1.0}, "train": {"epochs": args.epochs, "lr": 3e-4}},
     ]
+    tiny = str(general["tinybert"] / "model") if "tinybert" in general else ""  # built only for its arms
+    aug_epochs = args.aug_epochs if args.aug_epochs is not None else args.epochs / (args.copies + 1)
+    hard_only = json.dumps([{"name": "finetune", "loss": {"hard": 1.0}}])
     for seed in args.seeds:
         s = ["--train.seed", str(seed)]
+        augmented = ["configs/distill/distilbert-wiki-topics.yaml", "--train.epochs", str(aug_epochs),
+                     "--augment.model", str(augmenter), "--augment.copies", str(args.copies),
+                     "--augment.seed", str(seed)]  # fmt: skip
         plans = {
             "distilbert": ["configs/distill/distilbert-wiki-topics.yaml", "--train.epochs", str(args.epochs)],
             "distilbert-nokd": ["configs/distill/distilbert-wiki-topics.yaml", "--train.epochs", str(args.epochs),
-                                "--phases", json.dumps([{"name": "finetune", "loss": {"hard": 1.0}}])],
+                                "--phases", hard_only],
+            "distilbert-aug": augmented,
+            "distilbert-aug-nokd": [*augmented, "--phases", hard_only],
             "tinybert": ["configs/distill/tinybert-wiki-topics.yaml",
-                         "--student.model", str(general["tinybert"] / "model"),
+                         "--student.model", tiny,
                          "--augment.model", str(augmenter), "--augment.copies", str(args.copies),
                          "--augment.seed", str(seed), "--phases", json.dumps(tinybert_phases)],
             "tinybert-nokd": ["configs/distill/tinybert-wiki-topics.yaml", "--student.model",
-                              str(general["tinybert"] / "model"), "--augment.copies", "0",
+                              tiny, "--augment.copies", "0",
                               "--phases", json.dumps([{"name": "finetune", "loss": {"hard": 1.0},
                                                        "train": {"epochs": args.epochs, "lr": 3e-4}}])],
         }  # fmt: skip
@@ -193,7 +224,7 @@ def main() -> None:
         result["students"][name] = {"test_accuracy": mean, "test_accuracy_sd": sd, "per_seed": accs,
                                     "of_teacher": mean / teacher_acc}  # fmt: skip
         print(f"{name:<18} {mean:>14.4f} ± {sd:.4f} {100 * mean / teacher_acc:>12.1f}%  {accs}")
-    for kind in ("distilbert", "tinybert"):
+    for kind in ("distilbert", "tinybert", "distilbert-aug"):
         if kind in runs and f"{kind}-nokd" in runs:
             gap = result["students"][kind]["test_accuracy"] - result["students"][f"{kind}-nokd"]["test_accuracy"]
             result[f"{kind}_distillation_gain"] = gap
