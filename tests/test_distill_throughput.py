@@ -4,11 +4,11 @@ than a 6 x 384 teacher (its bound is ~2.3x)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
+from script_helpers import load_script
 
 from bertzoo.variants import bert
 
@@ -17,10 +17,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "distill_throughpu
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("distill_throughput", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def test_flops_of_a_tiny_encoder_match_a_hand_count(bench) -> None:

@@ -3,20 +3,17 @@ by one of them (a claim is an exclusive file create), and a finished run is read
 
 from __future__ import annotations
 
-import importlib.util
 import multiprocessing
 from pathlib import Path
 
 import pytest
+from script_helpers import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "objectives_small.py"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("objectives_small", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 @pytest.fixture(scope="module")

@@ -4,12 +4,12 @@ asserted (a smoke test of the script, not a measurement)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 import pytest
+from script_helpers import load_script
 
 pytest.importorskip("transformers")
 
@@ -23,9 +23,7 @@ TINY = [
 
 
 def test_the_benchmark_runs_tiny_and_ends_with_json(capsys) -> None:
-    spec = importlib.util.spec_from_file_location("xlnet_throughput", SCRIPT)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script(SCRIPT)
     bench.main(TINY)
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("loss check (fp32)") and lines[0].endswith("ok")
