@@ -12,7 +12,7 @@ Steps, each skipped when its output already exists (so the study can be stopped 
    teacher's shards) and, on wiki-topics, of MiniLM into 3 of its layers (DistilBERT init), whose MLM head
    proposes the augmentations (MiniLM has none; the Chinese teacher's own pretrained MLM does it); each only
    when one of `--arms` reads it;
-3. per seed, four task runs on the same fine-tuning data:
+3. per seed, one task run per arm (`--arms`; by default the first four) on the same fine-tuning data:
    - distilbert:        3 layers from the teacher, soft targets (T = 2) + gold labels;
    - distilbert-nokd:   the same student and schedule, gold labels only (no teacher);
    - tinybert:          the general-distilled 4 x 312, intermediate then prediction on augmented data;
@@ -75,7 +75,7 @@ def wiki_teacher(args: argparse.Namespace, out: Path) -> tuple[Path, dict[str, P
     # the DistilBERT general student is built for its MLM head, which proposes the augmentations
     names = tuple(n for n in ("distilbert", "tinybert") if n in needs(args.arms))
     general = general_students(args, out, names, [])
-    return teacher_run / "model", general, out / "distilbert-general" / "model"
+    return teacher_run / "model", general, general_dir(out, "distilbert") / "model"
 
 
 def chinese_teacher(args: argparse.Namespace, out: Path) -> tuple[Path, dict[str, Path], Path]:
@@ -111,12 +111,17 @@ def needs(arms: list[str]) -> set[str]:
     return ({"tinybert"} if tiny else set()) | ({"distilbert"} if augmented else set())
 
 
+def general_dir(out: Path, name: str) -> Path:
+    """Where the study keeps the general distillation of method `name`."""
+    return out / f"{name}-general"
+
+
 def general_students(args: argparse.Namespace, out: Path, names: tuple[str, ...], extra: list[str]) -> dict[str, Path]:
     """General distillation of each method in `names` on `out`'s shards (configs/distill/*-general-minilm.yaml)."""
     shards = "shards-minilm" if (out / "shards-minilm").is_dir() else "shards"
     general = {}
     for name in names:
-        general[name] = out / f"{name}-general"
+        general[name] = general_dir(out, name)
         if not done(general[name]):
             run(["distill", f"configs/distill/{name}-general-minilm.yaml", "--train.output_dir", str(general[name]),
                  "--data.shards", str(out / shards), "--data.eval_shards", str(out / f"dev-{shards}"), *extra,
