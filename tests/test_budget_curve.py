@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from script_helpers import load_script
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "budget_curve.py"
 
 
@@ -46,15 +48,7 @@ def test_no_run_collects_every_finished_seed_and_reports_electra_over_bert(tmp_p
 
 
 def test_every_random_arm_and_the_shards_are_shared_between_budgets_but_not_the_pretrained_runs(tmp_path):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("budget_curve", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(SCRIPT.parents[1] / "benchmarks"))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(SCRIPT.parents[1] / "benchmarks"))
+    module = load_script(SCRIPT, imports_from=SCRIPT.parents[1] / "benchmarks")
     for name in ("shards-wordpiece-8192", "random_init", "random_init-electra", "electra"):
         (tmp_path / "s100" / name).mkdir(parents=True)
     module.share_common(tmp_path, [100, 200])
