@@ -359,6 +359,9 @@ class PretrainConfig:
     # takes far longer to find); word pairs are counted up to word_embedding_window tokens apart.
     word_embedding_init: Literal["random", "ppmi-svd"] = "random"
     word_embedding_window: int = 5
+    # Relative-position tables (T5) at step 0: "random" (T5's N(0, d_model ** -0.5)) or "local" (half the heads
+    # pointed at their nearest neighbours, bertzoo.nn.relative.RelativePositionBias.start_local).
+    relative_bias_init: Literal["random", "local"] = "random"
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 

@@ -223,3 +223,33 @@ def test_the_cli_pretrains_t5_and_refuses_bad_args(synthetic_shards, tmp_path):
     lines = [x for x in bad.stderr.strip().splitlines() if x.strip()]
     assert len(lines) == 1 and "noise_density" in lines[0]
     assert not (tmp_path / "bad").exists()
+
+
+def test_a_local_start_points_half_the_heads_at_their_neighbours(synthetic_shards, tmp_path):
+    """`relative_bias_init: local`: with 4 heads and T5's 32 buckets, encoder heads 0 and 1 get log(128) at the
+    buckets of offsets -1 and +1 (1 and 17: the bidirectional table spends 16 buckets per side), decoder heads 0
+    and 1 at offsets -1 and -2 (buckets 1 and 2); every other entry keeps its random start."""
+    cfg = t5_config(synthetic_shards, tmp_path / "run")
+    cfg.model.update(num_heads=4, relative_buckets=32, relative_max_distance=128)
+    random_start = build_pretraining(cfg)[0]
+    cfg.relative_bias_init = "local"
+    local = build_pretraining(cfg)[0]
+    peak = float(np.log(128))
+    for stack, cells in (("encoder", [(1, 0), (17, 1)]), ("decoder", [(1, 0), (2, 1)])):
+        before = getattr(random_start, stack).relative_bias.weight.detach().clone()
+        after = getattr(local, stack).relative_bias.weight.detach()
+        expected = before.clone()
+        for bucket, head in cells:
+            expected[bucket, head] = peak
+        torch.testing.assert_close(after, expected, rtol=0, atol=0)
+        assert before.abs().max() < 1.0  # the peaks stand out of T5's N(0, 32 ** -0.5) start
+    # The encoder's head 0 now gives its largest score to the token before each query.
+    scores = local.encoder.relative_bias(8)[0, 0]
+    assert scores.argmax(-1)[1:].tolist() == list(range(7))
+
+
+def test_a_local_start_needs_a_relative_table(synthetic_shards, tmp_path):
+    cfg = tiny_config(synthetic_shards, tmp_path / "run")
+    cfg.relative_bias_init = "local"
+    with pytest.raises(ConfigError, match="relative_bias_init: local needs relative-position tables"):
+        build_pretraining(cfg)

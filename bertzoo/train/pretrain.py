@@ -95,6 +95,8 @@ def build_pretraining(cfg: PretrainConfig):
                 f"mlm_bias_init: unigram needs a masked-LM output bias, which the {cfg.variant} model has none of "
                 "(a GPT head is the tied word table alone); remove mlm_bias_init"
             )
+    if cfg.relative_bias_init == "local":
+        start_local_bias(objective, cfg.variant)
     dataset = _examples(cfg, corpus, tokenizer)
     power = cfg.data.masking.frequency_power
     if power and (hasattr(variant, "collator") or cfg.data.masking.strategy != "token"):
@@ -125,6 +127,23 @@ def build_pretraining(cfg: PretrainConfig):
             token_weights=masking_weights(train_counts(), power) if power else None,
         )
     return objective, dataset, collator, tokenizer
+
+
+def start_local_bias(objective: torch.nn.Module, variant: str) -> None:
+    """`relative_bias_init: local`: every relative-position table of `objective` (T5: one per stack) starts with
+    half its heads pointed at their nearest neighbours."""
+    from bertzoo.nn import RelativePositionBias
+    from bertzoo.train.distributed import is_main
+
+    tables = [m for m in objective.modules() if isinstance(m, RelativePositionBias)]
+    if not tables:
+        raise ConfigError(
+            f"relative_bias_init: local needs relative-position tables, which the {variant} model has none of "
+            "(T5's model.relative_buckets); remove relative_bias_init"
+        )
+    offsets = [table.start_local() for table in tables]
+    if is_main():
+        print(f"relative bias: heads pointed at key - query offsets {offsets} (one list per stack)", flush=True)
 
 
 def init_word_vectors(objective: torch.nn.Module, corpus, vocab_size: int, special_ids: np.ndarray, cfg) -> None:
