@@ -552,6 +552,9 @@ class AugmentConfig:
     candidates: int = 15  # a replacement is drawn from the masked LM's top-k
     batch_size: int = 64
     seed: int = 0
+    # The augmented set on disk, keyed by the augmenter's weights, the examples and the settings above ("auto":
+    # output_dir/augment_cache, "off", or a directory that runs sharing the same copies name alike).
+    cache: str = "auto"
 
 
 @dataclass

@@ -197,9 +197,10 @@ def main() -> None:
     hard_only = json.dumps([{"name": "finetune", "loss": {"hard": 1.0}}])
     for seed in args.seeds:
         s = ["--train.seed", str(seed)]
-        augmented = ["configs/distill/distilbert-wiki-topics.yaml", "--train.epochs", str(aug_epochs),
-                     "--augment.model", str(augmenter), "--augment.copies", str(args.copies),
-                     "--augment.seed", str(seed)]  # fmt: skip
+        # Every augmented arm of a seed reads the same copies, made once (bertzoo.train.augment_cache).
+        augment = ["--augment.model", str(augmenter), "--augment.copies", str(args.copies), "--augment.seed",
+                   str(seed), "--augment.cache", str(out / f"augmented-seed{seed}")]  # fmt: skip
+        augmented = ["configs/distill/distilbert-wiki-topics.yaml", "--train.epochs", str(aug_epochs), *augment]
         plans = {
             "distilbert": ["configs/distill/distilbert-wiki-topics.yaml", "--train.epochs", str(args.epochs)],
             "distilbert-nokd": ["configs/distill/distilbert-wiki-topics.yaml", "--train.epochs", str(args.epochs),
@@ -207,9 +208,7 @@ def main() -> None:
             "distilbert-aug": augmented,
             "distilbert-aug-nokd": [*augmented, "--phases", hard_only],
             "tinybert": ["configs/distill/tinybert-wiki-topics.yaml",
-                         "--student.model", tiny,
-                         "--augment.model", str(augmenter), "--augment.copies", str(args.copies),
-                         "--augment.seed", str(seed), "--phases", json.dumps(tinybert_phases)],
+                         "--student.model", tiny, *augment, "--phases", json.dumps(tinybert_phases)],
             "tinybert-nokd": ["configs/distill/tinybert-wiki-topics.yaml", "--student.model",
                               tiny, "--augment.copies", "0",
                               "--phases", json.dumps([{"name": "finetune", "loss": {"hard": 1.0},

@@ -444,10 +444,10 @@ def test_a_stale_cache_is_refused(task_teacher, tmp_path):
     distill(_task_cfg(task_teacher["model"], tmp_path / "a", teacher_cache=str(cache), train={"epochs": 1}))
     manifest = json.loads((cache / "manifest.json").read_text())
     (cache / "manifest.json").write_text(json.dumps({**manifest, "teacher_sha256": "0" * 64}))
-    with pytest.raises(ConfigError, match="another teacher"):
+    with pytest.raises(ConfigError, match="this run's teacher"):
         distill(_task_cfg(task_teacher["model"], tmp_path / "b", teacher_cache=str(cache)))
     (cache / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ConfigError, match="another data"):  # fewer training examples: other data
+    with pytest.raises(ConfigError, match="this run's data"):  # fewer training examples: other data
         distill(_task_cfg(task_teacher["model"], tmp_path / "c", teacher_cache=str(cache),
                           data={"max_train_examples": 100}))  # fmt: skip
 
@@ -607,3 +607,37 @@ def to_dict(cfg) -> dict:
     from bertzoo.config import to_plain
 
     return to_plain(cfg)
+
+
+def test_augmented_copies_are_cached_and_a_stale_cache_is_refused(task_teacher, tmp_path):
+    """A second run with the same augmenter, data and settings reads the copies back (the same examples, even
+    without the teacher's soft targets); another augmenter or other settings is an error naming the fix."""
+    from bertzoo.data.tokenizer import Tokenizer
+    from bertzoo.train.distill import distill
+
+    tokenizer = Tokenizer.load(task_teacher["paths"]["tokenizer"])
+    mlm_dir, other_dir = tmp_path / "mlm", tmp_path / "other"
+    tiny_teacher(tokenizer.vocab_size, seed=2).save_pretrained(mlm_dir)
+    tiny_teacher(tokenizer.vocab_size, seed=3).save_pretrained(other_dir)
+    cache = tmp_path / "copies"
+    augment = {"model": str(mlm_dir), "copies": 2, "replace_prob": 0.5, "cache": str(cache)}
+    data = {"max_train_examples": 60}
+    first = distill(_task_cfg(task_teacher["model"], tmp_path / "a", augment=augment, data=data, train={"epochs": 1}))
+    assert first["augment_cache"] == {"path": str(cache), "reused": False}
+    written = [json.loads(line) for line in (cache / "examples.jsonl").read_text().splitlines()]
+    assert len(written) == 60 * 3 and [e.get("augmented", 0) for e in written[60:63]] == [1, 2, 1]
+    assert sum(e["text"] != written[i // 2]["text"] for i, e in enumerate(written[60:])) > 60  # copies differ
+    hard_only = [{"name": "ft", "loss": {"hard": 1.0}}]
+    second = distill(_task_cfg(task_teacher["model"], tmp_path / "b", augment=augment, data=data,
+                               phases=hard_only, train={"epochs": 1}))  # fmt: skip
+    assert second["augment_cache"]["reused"] is True and second["examples"]["train"] == 180
+    # the default cache lives in the run's own directory
+    own = distill(_task_cfg(task_teacher["model"], tmp_path / "c", augment={**augment, "cache": "auto"}, data=data,
+                            phases=hard_only, train={"epochs": 1}))  # fmt: skip
+    assert own["augment_cache"] == {"path": str(tmp_path / "c" / "augment_cache"), "reused": False}
+    assert (tmp_path / "c" / "augment_cache" / "examples.jsonl").read_text() == (cache / "examples.jsonl").read_text()
+    for change, word in (({"model": str(other_dir)}, "this run's augmenter"), ({"copies": 3}, "this run's settings")):
+        with pytest.raises(ConfigError, match=word):
+            distill(_task_cfg(task_teacher["model"], tmp_path / "d", augment={**augment, **change}, data=data))
+    with pytest.raises(ConfigError, match="this run's data"):
+        distill(_task_cfg(task_teacher["model"], tmp_path / "e", augment=augment, data={"max_train_examples": 50}))

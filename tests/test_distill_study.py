@@ -68,6 +68,7 @@ def test_the_distilbert_arms_run_without_tinybert_and_pair_the_augmented_arms(st
     for command in (aug, aug_nokd):
         assert option(command, "--augment.model") == str(out / "distilbert-general" / "model")
         assert option(command, "--augment.copies") == "2" and option(command, "--augment.seed") == "3"
+        assert option(command, "--augment.cache") == str(out / "augmented-seed3")  # one set of copies, made once
         assert float(option(command, "--train.epochs")) == 1.0  # 3 epochs over (1 + 2 copies): distilbert's steps
     assert "--phases" not in aug  # the config's soft targets + gold labels
     assert json.loads(option(aug_nokd, "--phases")) == [{"name": "finetune", "loss": {"hard": 1.0}}]

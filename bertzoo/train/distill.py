@@ -40,6 +40,8 @@ from bertzoo.objectives.distill import LOGIT_TERMS, Distiller, check_layer_map, 
 MODEL_DIR = "model"
 REPORT = "report.json"
 CACHE_DIR = "teacher_cache"
+AUGMENT_DIR = "augment_cache"
+RESERVED = (MODEL_DIR, CACHE_DIR, AUGMENT_DIR)  # names in output_dir a phase may not take
 
 PHASES: dict[tuple[str, str], tuple[PhaseConfig, ...]] = {
     ("distilbert", "general"): (PhaseConfig("distill", {"ce": 5.0, "mlm": 2.0, "cos": 1.0}),),
@@ -59,8 +61,8 @@ def phases_of(cfg: DistillConfig) -> list[PhaseConfig]:
     defaults = PHASES[(cfg.method, cfg.stage)]
     phases = list(cfg.phases) or [dataclasses.replace(p) for p in defaults]
     names = [p.name for p in phases]
-    if len(set(names)) != len(names) or any(not n or "/" in n or n in (MODEL_DIR, CACHE_DIR) for n in names):
-        raise ConfigError(f"phase names must be unique plain names (not {MODEL_DIR}/{CACHE_DIR}), got {names}")
+    if len(set(names)) != len(names) or any(not n or "/" in n or n in RESERVED for n in names):
+        raise ConfigError(f"phase names must be unique plain names (not {'/'.join(RESERVED)}), got {names}")
     out = []
     for i, p in enumerate(phases):
         loss = p.loss or dict(defaults[min(i, len(defaults) - 1)].loss)
@@ -258,8 +260,10 @@ def _task(cfg: DistillConfig, resume: str | None) -> dict[str, Any]:
     if not examples["train"]:
         raise ConfigError("the training split is empty; check the teacher's data section or data overrides")
     examples = {k: v for k, v in examples.items() if v}
+    device = _device(cfg.train)
+    augmented = None
     if cfg.augment.model and cfg.augment.copies:
-        examples["train"] = _augmented(cfg, examples["train"], tokenizer)
+        examples["train"], augmented = _augmented(cfg, examples["train"], tokenizer, device)
 
     layers = None
     if cfg.student.init == "teacher_layers":
@@ -285,7 +289,6 @@ def _task(cfg: DistillConfig, resume: str | None) -> dict[str, Any]:
             copy_matching(student, teacher, "head.")
     datasets = {split: task.featurize(rows, split) for split, rows in examples.items()}
 
-    device = _device(cfg.train)
     teacher.to(device)
     cache = None
     if cfg.teacher_cache != "off" and any(_reads_cached_logits(p.loss) for p in phases_of(cfg)):
@@ -329,6 +332,7 @@ def _task(cfg: DistillConfig, resume: str | None) -> dict[str, Any]:
         "student_parameters": student.encoder.num_parameters(),
         "examples": {k: len(v) for k, v in examples.items()},
         **({"teacher_cache": {"path": str(where), "reused": reused}} if cache is not None else {}),
+        **({"augment_cache": augmented} if augmented else {}),
         "phases": summaries,
     }
     if not done:
@@ -344,21 +348,38 @@ def _task(cfg: DistillConfig, resume: str | None) -> dict[str, Any]:
     return report
 
 
-def _augmented(cfg: DistillConfig, train: list[dict[str, Any]], tokenizer) -> list[dict[str, Any]]:
+def _augmented(
+    cfg: DistillConfig, train: list[dict[str, Any]], tokenizer, device: torch.device
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The training examples and their `augment.copies` copies each, from the augmentation cache when it holds
+    them (`augment.cache`, bertzoo.train.augment_cache); also the report's entry for the cache (None when off).
+    Under torchrun rank 0 augments and writes while the others wait, then read."""
     from bertzoo.data.augment import augment_examples
-    from bertzoo.loading import load_pretraining
+    from bertzoo.loading import load_pretraining, resolve
     from bertzoo.objectives.mlm import MaskedLM
+    from bertzoo.train.augment_cache import cached_augmentation
+    from bertzoo.train.distributed import barrier, is_main
 
-    mlm = load_pretraining(cfg.augment.model)
-    if not isinstance(mlm, MaskedLM):
-        raise ConfigError(
-            f"augment.model {cfg.augment.model} is not a masked LM; give one with the teacher's vocabulary"
-        )
     a = cfg.augment
-    return augment_examples(
-        train, mlm.eval(), tokenizer,
-        copies=a.copies, replace_prob=a.replace_prob, candidates=a.candidates, batch_size=a.batch_size, seed=a.seed,
-    )  # fmt: skip
+    settings = {"copies": a.copies, "replace_prob": a.replace_prob, "candidates": a.candidates, "seed": a.seed}
+
+    mlm = load_pretraining(a.model)  # loaded even when the cache holds the copies: a wrong model is refused alike
+    if not isinstance(mlm, MaskedLM):
+        raise ConfigError(f"augment.model {a.model} is not a masked LM; give one with the teacher's vocabulary")
+
+    def compute() -> list[dict[str, Any]]:
+        # batch_size only groups the forwards: the copies do not depend on it, so it is not a key
+        return augment_examples(train, mlm.eval().to(device), tokenizer, **settings, batch_size=a.batch_size)
+
+    if a.cache == "off":
+        return compute(), None
+    where = Path(cfg.train.output_dir) / AUGMENT_DIR if a.cache == "auto" else Path(a.cache)
+    if is_main():
+        out, reused = cached_augmentation(where, resolve(a.model), train, settings, compute)
+    barrier()
+    if not is_main():
+        out, reused = cached_augmentation(where, resolve(a.model), train, settings, compute)
+    return out, {"path": str(where), "reused": reused}
 
 
 # --- shared --------------------------------------------------------------------------------------------

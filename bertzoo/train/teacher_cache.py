@@ -9,7 +9,6 @@ other data is an error naming the fix, never silently reused.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,21 +18,11 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from bertzoo.batch import Batch
-from bertzoo.errors import ConfigError
-from bertzoo.io import WEIGHTS, write_dir_atomic
+from bertzoo.io import WEIGHTS
+from bertzoo.train.keyed_cache import file_sha256, matches, write
 
 LOGITS = "logits.safetensors"
-MANIFEST = "manifest.json"
 FORMAT = 1
-
-
-def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
-    """sha256 of a file, read in chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def teacher_key(model_dir: str | Path) -> str:
@@ -92,32 +81,13 @@ def open_cache(
     from `compute()` when there is none; (cache, whether it was reused). A manifest for another teacher
     or other data is a ConfigError naming the fix."""
     directory = Path(directory)
-    manifest_path = directory / MANIFEST
-    if manifest_path.is_file():
-        try:
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        except ValueError:
-            raise ConfigError(f"{manifest_path} is damaged; delete {directory} to rebuild the teacher cache") from None
-        for what, want in (("teacher", teacher_sha), ("data", data_sha)):
-            if manifest.get(f"{what}_sha256") != want:
-                raise ConfigError(
-                    f"the teacher cache {directory} was written for another {what} "
-                    f"({str(manifest.get(f'{what}_sha256'))[:12]}, this run's is {want[:12]}); "
-                    "delete it or set teacher_cache to another directory"
-                )
-        logits = load_file(str(directory / LOGITS))["logits"]
-        return LogitCache(logits), True
+    keys = {"teacher_sha256": teacher_sha, "data_sha256": data_sha}
+    if matches(directory, keys, what="teacher cache", setting="teacher_cache"):
+        return LogitCache(load_file(str(directory / LOGITS))["logits"]), True
     logits = compute().contiguous()
-
-    def write(tmp: Path) -> None:
-        save_file({"logits": logits}, str(tmp / LOGITS))
-        manifest = {
-            "format": FORMAT,
-            "teacher_sha256": teacher_sha,
-            "data_sha256": data_sha,
-            "shape": list(logits.shape),
-        }
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-
-    write_dir_atomic(directory, write)
+    write(
+        directory,
+        {"format": FORMAT, **keys, "shape": list(logits.shape)},
+        lambda tmp: save_file({"logits": logits}, str(tmp / LOGITS)),
+    )
     return LogitCache(logits), False
