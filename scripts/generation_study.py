@@ -20,7 +20,8 @@ builtin:wiki-topic-names` fine-tunes on wiki-topics as text (the topic's name ge
 by exact match. `--t5-objectives span_corruption prefix_lm ...` pretrains one T5 per objective at the same
 budget and compares them (the random-init arm is shared: it does not depend on the objective). `--set
 KEY=VALUE ...` overrides pretraining config keys (e.g. `word_embedding_init=ppmi-svd`); the overrides name
-the pretraining and fine-tuning directories (the random-init arm's too when a `model.` key is set).
+the pretraining and fine-tuning directories (the random-init arm's too when a `model.` key is set); the step
+budget does not, so a directory pretrained for another `--steps` is refused: give each budget its own --out.
 
 Prints a table (mean and spread over seeds) and, last, one JSON line.
 
@@ -58,6 +59,10 @@ def pretrain(family: str, out: Path, shards: Path, dev: Path, args, objective: s
     `objective` (T5's) replaces the config's and names the run directory, as do the --set overrides."""
     name = f"pretrain-{family}-{objective}" if objective else f"pretrain-{family}"
     run_dir = out / (name + set_tag(args.set))
+    planned = run_dir / "run_config.json"
+    if planned.is_file() and (steps := json.loads(planned.read_text())["train"]["max_steps"]) != args.steps:
+        # The directory is named by the overrides, not the budget: never report another budget's model as this one.
+        raise SystemExit(f"{run_dir} was pretrained for {steps} steps, not --steps {args.steps}; use another --out")
     if (run_dir / "final" / "config.json").is_file():
         return run_dir / "final"
     resume = ["--resume", "auto"] if (run_dir / "checkpoints").is_dir() else []
