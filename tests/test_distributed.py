@@ -233,3 +233,12 @@ def test_a_rank_without_a_gpu_of_its_own_is_a_config_error(monkeypatch):
     monkeypatch.setattr(torch.cuda, "set_device", lambda d: pytest.fail("set_device reached"))
     with pytest.raises(ConfigError, match="--nproc_per_node 1 or fewer, or set train.device cpu"):
         init_distributed(torch.device("cuda"))
+
+
+def test_main_first_runs_once_in_a_single_process():
+    """Without a process group, main_first is one call: rank 0's, with no second run for "the others"."""
+    from bertzoo.train.distributed import main_first
+
+    calls: list[int] = []
+    assert main_first(lambda: calls.append(1) or "written") == "written"
+    assert calls == [1]

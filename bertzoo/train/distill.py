@@ -237,7 +237,7 @@ def _general(cfg: DistillConfig, resume: str | None) -> dict[str, Any]:
 def _task(cfg: DistillConfig, resume: str | None) -> dict[str, Any]:
     from bertzoo.loading import load_encoder, load_finetuned, resolve
     from bertzoo.tasks import get_task
-    from bertzoo.train.distributed import barrier, is_main
+    from bertzoo.train.distributed import main_first
     from bertzoo.train.finetune import SPLITS, _prefixed, _save_extra, _subset, build_model, has_split
     from bertzoo.train.students import copy_matching, encoder_from_teacher, random_encoder
     from bertzoo.train.teacher_cache import data_key, open_cache, teacher_key, teacher_logits
@@ -301,11 +301,7 @@ def _task(cfg: DistillConfig, resume: str | None) -> dict[str, Any]:
             return teacher_logits(teacher, train_ds, task.collate, batch_size=batch_size, device=device)
 
         # One process writes the cache; the others wait for it and read it (torchrun).
-        if is_main():
-            cache, reused = open_cache(where, *keys, compute)
-        barrier()
-        if not is_main():
-            cache, reused = open_cache(where, *keys, compute)
+        cache, reused = main_first(lambda: open_cache(where, *keys, compute))
 
     def eval_for(phase: PhaseConfig):
         # Only a phase that trains the predictions evaluates them (and picks its best/ by them): accuracy after
@@ -358,7 +354,7 @@ def _augmented(
     from bertzoo.loading import load_pretraining, resolve
     from bertzoo.objectives.mlm import MaskedLM
     from bertzoo.train.augment_cache import cached_augmentation
-    from bertzoo.train.distributed import barrier, is_main
+    from bertzoo.train.distributed import main_first
 
     a = cfg.augment
     settings = {"copies": a.copies, "replace_prob": a.replace_prob, "candidates": a.candidates, "seed": a.seed}
@@ -374,11 +370,7 @@ def _augmented(
     if a.cache == "off":
         return compute(), None
     where = Path(cfg.train.output_dir) / AUGMENT_DIR if a.cache == "auto" else Path(a.cache)
-    if is_main():
-        out, reused = cached_augmentation(where, resolve(a.model), train, settings, compute)
-    barrier()
-    if not is_main():
-        out, reused = cached_augmentation(where, resolve(a.model), train, settings, compute)
+    out, reused = main_first(lambda: cached_augmentation(where, resolve(a.model), train, settings, compute))
     return out, {"path": str(where), "reused": reused}
 
 

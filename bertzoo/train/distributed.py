@@ -8,13 +8,16 @@ only, so every other helper here is a no-op in a single-process run.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 
 from bertzoo.errors import ConfigError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,17 @@ def barrier() -> None:
     """Wait for every rank; a no-op in a single-process run."""
     if is_initialized():
         dist.barrier()
+
+
+def main_first(fn: Callable[[], T]) -> T:
+    """`fn()` on rank 0, then, once it is done, on every other rank: a cache that rank 0 writes the others read
+    (a single-process run calls it once)."""
+    if is_main():
+        out = fn()
+    barrier()
+    if not is_main():
+        out = fn()
+    return out
 
 
 def any_rank(flag: bool, device: torch.device | None = None) -> bool:
