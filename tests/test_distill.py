@@ -575,9 +575,15 @@ def _losses(metrics: Path) -> list[float]:
 
 
 def test_two_processes_distil_like_one(synthetic_shards, mlm_teacher_dir, task_teacher, tmp_path):
-    """DDP: general (DistilBERT) and task (TinyBERT, two phases, cached logits) distillation with 2 processes
-    of half the batch follow the 1-process curves; only rank 0 writes the cache and the student."""
+    """DDP: general (DistilBERT) and task (TinyBERT, two phases, cached logits, augmented copies) distillation
+    with 2 processes of half the batch follow the 1-process curves; only rank 0 writes the caches and the
+    student."""
     import yaml
+
+    from bertzoo.data.tokenizer import Tokenizer
+
+    augmenter = tmp_path / "augmenter"
+    tiny_teacher(Tokenizer.load(task_teacher["paths"]["tokenizer"]).vocab_size, seed=2).save_pretrained(augmenter)
 
     no_dropout = {"dropout": 0.0, "attention_dropout": 0.0}
     general = to_dict(_general_cfg(synthetic_shards, mlm_teacher_dir, "x"))
@@ -590,6 +596,7 @@ def test_two_processes_distil_like_one(synthetic_shards, mlm_teacher_dir, task_t
     task["train"].update(log_every=1, bucket_by_length=False)
     task["technique"]["head_dropout"] = 0.0  # dropout draws differ per process
     task["train"].pop("epochs")
+    task["augment"] = {"model": str(augmenter), "copies": 1}
     for name, cfg, phase in (("general", general, "distill"), ("task", task, "prediction")):
         config = tmp_path / f"{name}.yaml"
         config.write_text(yaml.safe_dump(cfg), encoding="utf-8")
@@ -600,7 +607,8 @@ def test_two_processes_distil_like_one(synthetic_shards, mlm_teacher_dir, task_t
         assert len(a) == len(b) >= 3 and b == pytest.approx(a, rel=1e-4), name
         wa, wb = load_file(one / "model" / "model.safetensors"), load_file(two / "model" / "model.safetensors")
         assert max(float((wa[k] - wb[k]).abs().max()) for k in wa) < 1e-4
-    assert (tmp_path / "task-two" / "teacher_cache" / "manifest.json").is_file()
+    for cache in ("teacher_cache", "augment_cache"):
+        assert (tmp_path / "task-two" / cache / "manifest.json").is_file()
 
 
 def to_dict(cfg) -> dict:
