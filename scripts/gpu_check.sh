@@ -5,14 +5,12 @@
 # Usage there: bash scripts/gpu_check.sh OUT_DIR
 out=${1:-/tmp/gpu_check}
 mkdir -p "$out"
-export PYTHONPATH=$PWD:$PWD/.gpu_site PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-python3 -c "import torch, transformers; print('torch', torch.__version__, torch.version.cuda, torch.cuda.get_device_name(), 'transformers', transformers.__version__)"
-timeout 220 python3 -m pytest -q -n 12 -p no:cacheprovider --timeout 200 tests > "$out/pytest.log" 2>&1
+source scripts/gpu_env.sh
+timeout 220 $py -m pytest -q -n 12 -p no:cacheprovider --timeout 200 tests > "$out/pytest.log" 2>&1
 echo "pytest exit $?"; grep -E "passed|failed" "$out/pytest.log" | tail -1
 grep -E "^(FAILED|ERROR)" "$out/pytest.log" | cut -c1-230 | head -40
 # Each benchmark's tail goes to the terminal and to OUT/bench.log, so a run cut short keeps what finished.
-bench() { timeout "$1" python3 "${@:2}" 2>&1 | tail -3 | tee -a "$out/bench.log"; }
+bench() { timeout "$1" $py "${@:2}" 2>&1 | tail -3 | tee -a "$out/bench.log"; }
 bench 150 benchmarks/pretrain_throughput.py --device cuda --preset bert-base --precision bf16 --steps 20 --compile
 for b in gpt_throughput generate_throughput xlnet_throughput; do bench 90 benchmarks/$b.py --device cuda; done
 bench 100 benchmarks/pretrain_throughput.py --device cuda --preset bert-base --precision both --steps 20

@@ -9,10 +9,7 @@
 out=${1:-/tmp/gpu_sweep}
 deadline=$((SECONDS + ${2:-420}))
 mkdir -p "$out"
-export PYTHONPATH=$PWD:$PWD/.gpu_site PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
-py=${PYTHON:-python3}
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null
-$py -c "import torch; print('torch', torch.__version__, torch.version.cuda, torch.cuda.is_available())"
+source scripts/gpu_env.sh
 # The table's budget (benchmarks/objectives_small.py: 16,000 sequences of 128 tokens) with a larger fine-tuning
 # recipe than the table's (every training example, 128 tokens, lr 5e-4; the table: 2,000 examples, 64, 1e-3).
 table="--tokens ${TABLE_TOKENS:-2048000} --seeds 0 1 --ft-lr 5e-4 --ft-examples ${FT_EXAMPLES:-0} --ft-len 128 \

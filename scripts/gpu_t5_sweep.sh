@@ -12,10 +12,7 @@
 out=${1:-/tmp/gpu_t5}
 deadline=$((SECONDS + ${2:-480}))
 mkdir -p "$out"
-export PYTHONPATH=$PWD:$PWD/.gpu_site PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
-py=${PYTHON:-python3}
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null
-$py -c "import torch; print('torch', torch.__version__, torch.version.cuda, torch.cuda.is_available())"
+source scripts/gpu_env.sh
 base=runs/gpu-t5/base
 jobs=(
   "300"
