@@ -71,10 +71,9 @@ class RelativePositionBias(nn.Module):
         entries as initialised; returns the offsets.
 
         Each pointed head's bucket gets log(max_distance), so over max_distance keys of equal content score the
-        head gives about half its attention to that one neighbour. A previous-token head is what copying needs
-        (the encoder marks each token with the one before it; the decoder finds the token after the one it just
-        wrote), and a few hundred steps of AdamW grow a table entry from N(0, d_model ** -0.5) by well under
-        that (docs/generation.md, "The cause")."""
+        head gives about half its attention to that one neighbour, which a few hundred steps of AdamW do not grow
+        from N(0, d_model ** -0.5). Meant for copying (the encoder marks each token with the one before it); on
+        T5-mini's title task it measured no better than T5's own start (docs/generation.md, "Two more levers")."""
         offsets = self.local_offsets()
         buckets = relative_position_bucket(
             torch.tensor(offsets), self.bidirectional, self.num_buckets, self.max_distance
