@@ -18,8 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bertzoo.io import WEIGHTS
-from bertzoo.train.keyed_cache import file_sha256, matches, write
+from bertzoo.train.keyed_cache import matches, weights_key, write
 
 EXAMPLES = "examples.jsonl"
 FORMAT = 1
@@ -45,7 +44,7 @@ def cached_augmentation(
     directory = Path(directory)
     keys = {
         "format": FORMAT,
-        "augmenter_sha256": file_sha256(Path(augmenter_dir) / WEIGHTS),
+        "augmenter_sha256": weights_key(augmenter_dir),
         "data_sha256": examples_key(examples),
         "settings": settings,
     }

@@ -239,8 +239,9 @@ def _task(cfg: DistillConfig, resume: str | None) -> dict[str, Any]:
     from bertzoo.tasks import get_task
     from bertzoo.train.distributed import main_first
     from bertzoo.train.finetune import SPLITS, _prefixed, _save_extra, _subset, build_model, has_split
+    from bertzoo.train.keyed_cache import weights_key
     from bertzoo.train.students import copy_matching, encoder_from_teacher, random_encoder
-    from bertzoo.train.teacher_cache import data_key, open_cache, teacher_key, teacher_logits
+    from bertzoo.train.teacher_cache import data_key, open_cache, teacher_logits
 
     teacher_task, teacher, tokenizer = load_finetuned(cfg.teacher, {"data": cfg.data} if cfg.data else None)
     technique = cfg.technique
@@ -292,10 +293,10 @@ def _task(cfg: DistillConfig, resume: str | None) -> dict[str, Any]:
     teacher.to(device)
     cache = None
     if cfg.teacher_cache != "off" and any(_reads_cached_logits(p.loss) for p in phases_of(cfg)):
-        where = Path(cfg.train.output_dir) / CACHE_DIR if cfg.teacher_cache == "auto" else Path(cfg.teacher_cache)
+        where = _cache_dir(cfg, cfg.teacher_cache, CACHE_DIR)
         train_ds = datasets["train"]
         batch_size = cfg.train.eval_batch_size or cfg.train.batch_size
-        keys = (teacher_key(resolve(cfg.teacher)), data_key(train_ds))
+        keys = (weights_key(resolve(cfg.teacher)), data_key(train_ds))
 
         def compute() -> torch.Tensor:
             return teacher_logits(teacher, train_ds, task.collate, batch_size=batch_size, device=device)
@@ -369,12 +370,18 @@ def _augmented(
 
     if a.cache == "off":
         return compute(), None
-    where = Path(cfg.train.output_dir) / AUGMENT_DIR if a.cache == "auto" else Path(a.cache)
+    where = _cache_dir(cfg, a.cache, AUGMENT_DIR)
     out, reused = main_first(lambda: cached_augmentation(where, resolve(a.model), train, settings, compute))
     return out, {"path": str(where), "reused": reused}
 
 
 # --- shared --------------------------------------------------------------------------------------------
+
+
+def _cache_dir(cfg: DistillConfig, setting: str, default: str) -> Path:
+    """Where a cache setting (`teacher_cache`, `augment.cache`) puts its cache: "auto" = output_dir/`default`,
+    else the directory it names ("off" is the caller's to handle)."""
+    return Path(cfg.train.output_dir) / default if setting == "auto" else Path(setting)
 
 
 def _need(value: str, key: str) -> str:

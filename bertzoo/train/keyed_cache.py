@@ -9,25 +9,21 @@ inputs is an error naming the fix, never silently reused; a missing one is writt
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from bertzoo.errors import ConfigError
-from bertzoo.io import write_dir_atomic
+from bertzoo.io import WEIGHTS, write_dir_atomic
+from bertzoo.train.manifest import sha256_file
 
 MANIFEST = "manifest.json"
 
 
-def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
-    """sha256 of a file, read in chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+def weights_key(model_dir: str | Path) -> str:
+    """A model's identity: the sha256 of its weights file."""
+    return sha256_file(Path(model_dir) / WEIGHTS)
 
 
 def matches(directory: Path, keys: dict[str, Any], *, what: str, setting: str) -> bool:

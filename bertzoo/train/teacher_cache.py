@@ -18,16 +18,10 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from bertzoo.batch import Batch
-from bertzoo.io import WEIGHTS
-from bertzoo.train.keyed_cache import file_sha256, matches, write
+from bertzoo.train.keyed_cache import matches, write
 
 LOGITS = "logits.safetensors"
 FORMAT = 1
-
-
-def teacher_key(model_dir: str | Path) -> str:
-    """The teacher's identity: the sha256 of its weights file."""
-    return file_sha256(Path(model_dir) / WEIGHTS)
 
 
 def data_key(features) -> str:
