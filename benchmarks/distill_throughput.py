@@ -38,8 +38,11 @@ from bertzoo.batch import Batch  # noqa: E402
 from bertzoo.precision import autocast_dtype, cpu_capability, resolve_precision  # noqa: E402
 
 
-def default_models():
-    """(teacher, [students], tokenizer, names): MiniLM with a 12-way head; 3 of its layers; a TinyBERT 4 x 312."""
+def default_models(preset: str | None = None):
+    """(teacher, [students], tokenizer, names): MiniLM with a 12-way head; 3 of its layers; a TinyBERT 4 x 312.
+
+    `preset`: a random teacher of that shape instead of MiniLM (speed does not depend on the weights), e.g.
+    bert-base, the 12 x 768 teacher TinyBERT's paper measured its 4 x 312 student against."""
     from bertzoo.config import FinetuneConfig, StudentConfig, TaskDataConfig
     from bertzoo.data.tokenizer import Tokenizer
     from bertzoo.loading import load_encoder, resolve
@@ -52,11 +55,16 @@ def default_models():
     cfg = FinetuneConfig(task="classification", data=TaskDataConfig(labels=labels))
     task = get_task(cfg, tokenizer)
     torch.manual_seed(0)
-    teacher = build_model(task, load_encoder("builtin:all-minilm-l6-v2"), cfg)
+    if preset:
+        encoder = random_encoder({"preset": preset}, tokenizer, 0)
+        shape = f"{preset}, random"
+    else:
+        encoder, shape = load_encoder("builtin:all-minilm-l6-v2"), "MiniLM-L6"
+    teacher = build_model(task, encoder, cfg)
     three, _ = encoder_from_teacher(teacher.encoder, StudentConfig(num_layers=3, variant="distilbert"))
-    tiny = random_encoder({"preset": "tinybert-4l-312"}, tokenizer.vocab_size, tokenizer.pad_id, 0)
+    tiny = random_encoder({"preset": "tinybert-4l-312"}, tokenizer, 0)
     students = [build_model(task, three, cfg), build_model(task, tiny, cfg)]
-    names = ["teacher (MiniLM-L6)", "3 layers (DistilBERT init)", "TinyBERT 4x312"]
+    names = [f"teacher ({shape})", "3 layers (DistilBERT init)", "TinyBERT 4x312"]
     return teacher, students, tokenizer, names, "wiki-topics"
 
 
@@ -174,6 +182,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--teacher", default=None, help="fine-tuned teacher directory (default: MiniLM, untrained head)")
     ap.add_argument("--students", nargs="*", default=None, help="fine-tuned student directories")
+    ap.add_argument(
+        "--teacher-preset",
+        default=None,
+        help="without --teacher: a random teacher of this preset (e.g. bert-base) instead of MiniLM",
+    )
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--batches", type=int, default=8)
@@ -188,10 +201,12 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
+    if args.teacher and args.teacher_preset:
+        raise SystemExit("give --teacher (a fine-tuned directory) or --teacher-preset (a random shape), not both")
     if args.teacher:
         teacher, students, tokenizer, names, dataset = load_models(args.teacher, args.students or [])
     else:
-        teacher, students, tokenizer, names, dataset = default_models()
+        teacher, students, tokenizer, names, dataset = default_models(args.teacher_preset)
     if not students:
         raise SystemExit("give at least one student directory with --students")
     precision = resolve_precision(args.precision, device)
@@ -224,6 +239,7 @@ def main() -> None:
         "ratio": speeds[1] / speeds[0],
         "speedups": [s / speeds[0] for s in speeds[1:]],
         "flop_bounds": [flops[0] / f for f in flops[1:]],
+        "models": names,
         "examples_per_s": {"teacher": speeds[0], "students": speeds[1:]},
         "teacher_test_accuracy": accs[0],
         "student_test_accuracies": accs[1:],

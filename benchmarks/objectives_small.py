@@ -45,8 +45,9 @@ from bertzoo.data.corpus import read_documents
 from bertzoo.data.shards import prepare_shards
 from bertzoo.data.tokenizer import Tokenizer, train_bpe, train_unigram, train_wordpiece
 from bertzoo.precision import cpu_capability
-from bertzoo.train.finetune import finetune, random_model_config
+from bertzoo.train.finetune import finetune
 from bertzoo.train.pretrain import pretrain
+from bertzoo.variants import model_config_of
 
 # The tokenizer kind of each family, and what (beyond corpus, budget and seed) differs from its config.
 FAMILIES: dict[str, dict[str, Any]] = {
@@ -103,8 +104,8 @@ def random_arm(name: str, shards: dict[str, Path]) -> str:
         return RANDOM_INIT
     own, base = random_init_spec(name, shards), random_init_spec("bert", shards)
     tokenizer = Tokenizer.load(base["tokenizer"])
-    own_variant, own_config = random_model_config(own["model_config"], tokenizer)
-    base_config = random_model_config(base["model_config"], tokenizer)[1]
+    own_variant, own_config = model_config_of(own["model_config"], tokenizer)
+    base_config = model_config_of(base["model_config"], tokenizer)[1]
     # The same backbone: bertzoo's Encoder (no family class of its own) built from equal fields, the family aside.
     same = (
         own["tokenizer"] == base["tokenizer"]

@@ -37,3 +37,17 @@ def test_half_the_layers_bound_is_two_and_tinybert_is_under_three(bench) -> None
     bound = t / bench.useful_flops(tiny, lengths)
     # 6/4 layers x (384/312)^2 for the projections; the FFNs are 1536 against 1200 wide, attention 384 against 312
     assert 2.2 < bound < 2.4
+
+
+def test_against_bert_base_tinybert_has_room_for_three_times(bench) -> None:
+    # --teacher-preset bert-base: the 12 x 768 teacher of TinyBERT's paper. Per token and layer the projections
+    # are 2 x (4 x 768^2 + 2 x 768 x 3072) = 14,155,776 FLOPs x 12 layers against 2 x (4 x 312^2 + 2 x 312 x 1200)
+    # = 2,276,352 x 4; attention 4 x hidden x (sum of squared lengths = 5,985) per layer.
+    lengths = np.array([64, 40, 17])
+    teacher = bert.model_config({"preset": "bert-base"})
+    tiny = bert.model_config({"preset": "tinybert-4l-312"})
+    t = 12 * (14_155_776 * 121 + 4 * 768 * 5985)
+    s = 4 * (2_276_352 * 121 + 4 * 312 * 5985)
+    assert bench.useful_flops(teacher, lengths) == t
+    assert bench.useful_flops(tiny, lengths) == s
+    assert t / s > 9.4  # TinyBERT's measured 9.4x fits under this teacher's bound, and 3x easily

@@ -189,7 +189,7 @@ def _general(cfg: DistillConfig, resume: str | None) -> dict[str, Any]:
         _, loaded = load(_need(cfg.student.model, "student.model"))
         encoder = encoder_of(loaded)
     else:
-        encoder = random_encoder(cfg.student.model_config, tokenizer.vocab_size, tokenizer.pad_id, cfg.train.seed)
+        encoder = random_encoder(cfg.student.model_config, tokenizer, cfg.train.seed)
     encoder.pooler = None  # general distillation never reads a pooler
     encoder.config.pooler = False
     if wants_mlm:
@@ -272,7 +272,7 @@ def _task(cfg: DistillConfig, resume: str | None) -> dict[str, Any]:
     elif cfg.student.init == "model":
         encoder = load_encoder(_need(cfg.student.model, "student.model"))
     else:
-        encoder = random_encoder(cfg.student.model_config, tokenizer.vocab_size, tokenizer.pad_id, cfg.train.seed)
+        encoder = random_encoder(cfg.student.model_config, tokenizer, cfg.train.seed)
     if encoder.config.vocab_size != teacher.encoder.config.vocab_size:
         raise ConfigError(
             f"the student's vocabulary has {encoder.config.vocab_size} tokens and the teacher's "

@@ -22,14 +22,13 @@ import math
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from bertzoo.config import FinetuneConfig, ModelConfig, resolve_batching, to_plain
+from bertzoo.config import FinetuneConfig, resolve_batching, to_plain
 from bertzoo.errors import CheckpointError, ConfigError, DataError
 from bertzoo.io import FINETUNE_CONFIG
 from bertzoo.loading import BUILTIN_PREFIX, HUB_PREFIX, load_finetuned
@@ -65,7 +64,7 @@ def build_encoder(cfg: FinetuneConfig, tokenizer) -> nn.Module:
     pretrained, or initialised as the variant's `build` does). Other tasks read an encoder-decoder's
     encoder alone."""
     from bertzoo.loading import load_encoder, load_encoder_decoder, read_config
-    from bertzoo.variants import get_variant
+    from bertzoo.variants import get_variant, model_config_of
 
     if bool(cfg.model) == bool(cfg.model_config):
         raise ConfigError(
@@ -79,7 +78,7 @@ def build_encoder(cfg: FinetuneConfig, tokenizer) -> nn.Module:
         whole = uses_decoder and config.is_encoder_decoder
         encoder = load_encoder_decoder(path) if whole else load_encoder(path)
     else:
-        variant, config = random_model_config(cfg.model_config, tokenizer)
+        variant, config = model_config_of(cfg.model_config, tokenizer)
         whole = uses_decoder and config.is_encoder_decoder
         if whole:
             encoder = _seeded(cfg.train.seed, lambda: variant.build(config))
@@ -111,20 +110,6 @@ def build_encoder(cfg: FinetuneConfig, tokenizer) -> nn.Module:
     if check is not None:
         check(cfg)
     return encoder
-
-
-def random_model_config(model_config: dict[str, Any], tokenizer) -> tuple[ModuleType, ModelConfig]:
-    """The variant and `ModelConfig` that a from-scratch run builds from `model_config` ({variant, preset, ...})
-    with `tokenizer`: the fields a pretraining run of the variant takes from it (bertzoo.train.pretrain) filled in."""
-    from bertzoo.variants import get_variant
-
-    spec = dict(model_config)
-    variant = get_variant(spec.pop("variant", "bert"))
-    for key, value in getattr(variant, "model_defaults", lambda t: {})(tokenizer).items():
-        spec.setdefault(key, value)
-    spec.setdefault("vocab_size", tokenizer.vocab_size)
-    spec.setdefault("pad_token_id", tokenizer.pad_id)
-    return variant, variant.model_config(spec)
 
 
 def _encoder_from_config(config) -> nn.Module:

@@ -32,7 +32,7 @@ def build_pretraining(cfg: PretrainConfig):
     """
     from bertzoo.data.collate import PretrainingCollator
     from bertzoo.data.shards import ShardedCorpus
-    from bertzoo.variants import get_variant
+    from bertzoo.variants import get_variant, scratch_config
 
     if not cfg.data.shards:
         raise ConfigError("data.shards is not set; run `bertzoo prepare` and pass --data.shards DIR")
@@ -42,12 +42,7 @@ def build_pretraining(cfg: PretrainConfig):
     corpus.check_tokenizer(tokenizer)  # a replaced shards/tokenizer/ would feed the model ids it cannot embed
     if hasattr(variant, "run_tokenizer"):
         tokenizer = variant.run_tokenizer(cfg, tokenizer)
-    spec = dict(cfg.model)
-    for key, value in getattr(variant, "model_defaults", lambda t: {})(tokenizer).items():
-        spec.setdefault(key, value)
-    spec.setdefault("vocab_size", tokenizer.vocab_size)
-    spec.setdefault("pad_token_id", tokenizer.pad_id)
-    model_cfg = variant.model_config(spec)
+    model_cfg = scratch_config(variant, cfg.model, tokenizer)
     if model_cfg.vocab_size != tokenizer.vocab_size:
         raise ConfigError(
             f"model.vocab_size={model_cfg.vocab_size} but the run's tokenizer has {tokenizer.vocab_size} "

@@ -92,19 +92,15 @@ def copy_matching(target: nn.Module, source: nn.Module, prefix: str) -> int:
     return len(found)
 
 
-def random_encoder(spec: dict[str, Any], vocab_size: int, pad_token_id: int | None, seed: int) -> Encoder:
-    """A randomly initialised encoder of `spec` ({variant, preset, ...fields}), seeded."""
-    from bertzoo.variants import get_variant
+def random_encoder(spec: dict[str, Any], tokenizer: Any, seed: int) -> Encoder:
+    """A randomly initialised encoder of `spec` ({variant, preset, ...fields}) for `tokenizer`, seeded."""
+    from bertzoo.variants import model_config_of
 
     if not spec:
         raise ConfigError(
             "student.init=random needs student.model_config, e.g. {variant: bert, preset: tinybert-4l-312}"
         )
-    spec = dict(spec)
-    variant = get_variant(spec.pop("variant", "bert"))
-    spec.setdefault("vocab_size", vocab_size)
-    spec.setdefault("pad_token_id", pad_token_id)
-    config = variant.model_config(spec)
+    _, config = model_config_of(spec, tokenizer)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return Encoder(config)

@@ -74,6 +74,26 @@ def get_variant(name: str) -> ModuleType:
         raise ConfigError(f"unknown variant {name!r}; choose one of: {', '.join(VARIANTS)}") from None
 
 
+def scratch_config(variant: ModuleType, spec: dict[str, Any], tokenizer: Any) -> ModelConfig:
+    """The `ModelConfig` a from-scratch model of `variant` gets from `spec` (a preset and fields) and the run's
+    `tokenizer`: what the variant takes from the vocabulary (`model_defaults`: T5's sentinels, MASS's mask), then
+    its size and padding id, each only where `spec` does not set it. Pretraining, fine-tuning from random init
+    and a random distillation student all build their model through here."""
+    spec = dict(spec)
+    for key, value in getattr(variant, "model_defaults", lambda t: {})(tokenizer).items():
+        spec.setdefault(key, value)
+    spec.setdefault("vocab_size", tokenizer.vocab_size)
+    spec.setdefault("pad_token_id", tokenizer.pad_id)
+    return variant.model_config(spec)
+
+
+def model_config_of(model_config: dict[str, Any], tokenizer: Any) -> tuple[ModuleType, ModelConfig]:
+    """The variant and `scratch_config` of a `model_config` mapping ({variant (default bert), preset, ...})."""
+    spec = dict(model_config)
+    variant = get_variant(spec.pop("variant", "bert"))
+    return variant, scratch_config(variant, spec, tokenizer)
+
+
 def preset_names() -> list[str]:
     """All presets of all variants."""
     return [name for module in VARIANTS.values() for name in module.PRESETS]
