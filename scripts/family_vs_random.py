@@ -25,6 +25,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from bertzoo.cli import positive_int
 from bertzoo.config import load_pretrain_config
 from bertzoo.data.corpus import read_documents
 from bertzoo.data.shards import prepare_shards
@@ -34,7 +35,7 @@ from bertzoo.precision import cpu_capability
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from objectives_small import add_finetune_args, finetune_dev, finetune_tag  # noqa: E402
-from recipe_study import overrides_of, pretrain_once  # noqa: E402
+from recipe_study import overrides_of, pretrain_once, set_tag  # noqa: E402
 
 VOCAB = 8192
 TASKS = {  # name: (fine-tuning config, the dev metric compared)
@@ -73,7 +74,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("config", help="a pretraining config (configs/pretrain/*.yaml)")
     ap.add_argument(
-        "--limit-alphabet", type=int, default=LIMIT_ALPHABET, help="the tokenizer's distinct characters (Chinese: 6000)"
+        "--limit-alphabet",
+        type=positive_int,
+        default=LIMIT_ALPHABET,
+        help="the tokenizer's distinct characters (Chinese: 6000)",
     )
     ap.add_argument("--tokens", type=int, default=1_800_000, help="pretraining budget: steps = tokens / (batch x len)")
     ap.add_argument("--pretrain-seed", type=int, default=0)
@@ -98,9 +102,9 @@ def main() -> None:
     cfg = load_pretrain_config(args.config, {"data.shards": str(shards), **extra})
     base = f"{Path(args.config).stem}-{shards.name}"
     # The pretraining seed names the run (seed 0 unnamed, as before): another seed must not reuse seed 0's run.
-    name = "+".join([base, *args.set, *([f"seed{args.pretrain_seed}"] if args.pretrain_seed else [])])
+    name = base + set_tag(args.set) + (f"+seed{args.pretrain_seed}" if args.pretrain_seed else "")
     # Random init depends on the architecture only: runs that differ in other settings share its fine-tuning runs.
-    random_name = "+".join([base, *(item for item in args.set if item.startswith("model."))])
+    random_name = base + set_tag(args.set, model_only=True)
     steps = max(1, round(args.tokens / (cfg.train.batch_size * cfg.train.grad_accum * cfg.data.max_seq_len)))
     overrides = {**extra, "data.shards": str(shards), "data.eval_shards": str(dev), "train.seed": args.pretrain_seed}
     summary = pretrain_once(

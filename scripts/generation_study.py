@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 from demo import prepare_wiki, run  # scripts/: the demo's steps, the same commands
+from recipe_study import set_tag
 
 VOCAB = 8192
 TITLES = "builtin:wiki-titles"
@@ -46,12 +47,6 @@ PRETRAIN = {f: f"configs/pretrain/{f}-mini.yaml" for f in FAMILIES}
 FINETUNE = {f: f"configs/finetune/wiki-titles-{f}.yaml" for f in FAMILIES}
 PRESET = {f: (f, f"{f}-mini") for f in FAMILIES}
 METRICS = ("rougeL", "bleu", "exact_match")
-
-
-def set_tag(items: list[str], *, model_only: bool = False) -> str:
-    """The --set overrides as a directory-name suffix ("" without them); `model_only`: only `model.` keys."""
-    chosen = [i for i in items if i.startswith("model.")] if model_only else items
-    return "".join(f"+{i}" for i in sorted(chosen))
 
 
 def pretrain(family: str, out: Path, shards: Path, dev: Path, args, objective: str = "") -> Path:

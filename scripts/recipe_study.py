@@ -109,6 +109,13 @@ def shards_for(vocab: int, out: Path, docs: list[str], split: str = "train") -> 
     return shards
 
 
+def set_tag(items: list[str], *, model_only: bool = False) -> str:
+    """The --set overrides as a run directory's name suffix ("" without them), sorted so that their order does
+    not matter; `model_only`: only the `model.` keys."""
+    chosen = [i for i in items if i.startswith("model.")] if model_only else items
+    return "".join(f"+{i}" for i in sorted(chosen))
+
+
 def overrides_of(items: list[str]) -> dict:
     """--set KEY=VALUE items as config overrides (YAML values)."""
     extra = {}

@@ -40,7 +40,7 @@ from bertzoo.transfo_xl import stream_nll
 
 CONFIG = "configs/pretrain/transformer-xl-mini.yaml"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from recipe_study import overrides_of, pretrain_once, shards_for  # noqa: E402
+from recipe_study import overrides_of, pretrain_once, set_tag, shards_for  # noqa: E402
 
 VOCAB = 8192
 TITLES = {"wiki-en": "Wikipedia dev", "peoples-daily": "People's Daily, last tenth"}
@@ -80,7 +80,7 @@ def dev_streams(shards: Path, num_streams: int, max_docs: int | None) -> torch.T
 def run_arm(memory: bool, seed: int, args, extra: dict[str, Any], shards: Path, dev: Path, out: Path) -> Path:
     """Pretrain one arm with the --set overrides `extra` (or reuse a finished run); returns its final directory."""
     # The overrides name the run, so a finished run is reused only for the same settings.
-    run = out / "".join([f"{'memory' if memory else 'no-memory'}", *(f"+{item}" for item in args.set), f"-{seed}"])
+    run = out / f"{'memory' if memory else 'no-memory'}{set_tag(args.set)}-{seed}"
     overrides = {
         "data.shards": str(shards),
         "data.eval_shards": str(dev),
