@@ -3,7 +3,9 @@ distillation step with the teacher run live against read from the logit cache.
 
 Models: `--teacher` (a fine-tuned bertzoo classifier directory; default: all-MiniLM-L6-v2 with an untrained
 12-way head) and `--students` (fine-tuned directories; default: its layers 0, 2, 5 as a DistilBERT student and
-a random TinyBERT 4 x 312, both with untrained heads: speed does not depend on the weights). Inputs: dev texts of
+a random TinyBERT 4 x 312, both with untrained heads: speed does not depend on the weights); `--teacher-preset
+bert-base` makes the default teacher a random model of that shape (TinyBERT's paper measured against BERT-base;
+slower than --quick's minute). Inputs: dev texts of
 the teacher's built-in task (wiki-topics for the default or a non-built-in task) tokenized by the teacher's
 tokenizer (random ids of realistic lengths without the data package),
 `--batch` rows padded to the longest, at most `--seq-len` tokens. The models take turns batch by batch, so load
