@@ -1,4 +1,5 @@
-"""Heads: small modules that read an encoder's hidden states. Losses belong to objectives."""
+"""Heads: small modules that read an encoder's hidden states. Losses belong to objectives (a plain projection head
+also computes its cross-entropy fused with the projection, which only it can)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import torch
 from torch import nn
 
 from bertzoo.nn import activation
+from bertzoo.nn.linear_ce import linear_cross_entropy
 
 
 class MaskedLMHead(nn.Module):
@@ -58,9 +60,15 @@ class LMHead(nn.Module):
         if tied_weight is not None:
             self.decoder.weight = tied_weight
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden: (..., hidden) -> logits (..., vocab)."""
-        return self.decoder(hidden)
+    def forward(
+        self, hidden: torch.Tensor, targets: torch.Tensor | None = None
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """hidden: (..., hidden) -> logits (..., vocab). With `targets` (rows,) for hidden (rows, hidden): (mean
+        cross-entropy, rows predicted right) computed chunk by chunk without keeping the logits
+        (bertzoo.nn.linear_ce); through the module call, so wrappers that hook it (FSDP) still see it run."""
+        if targets is None:
+            return self.decoder(hidden)
+        return linear_cross_entropy(hidden, self.decoder.weight, self.decoder.bias, targets)
 
 
 class SentencePairHead(nn.Module):

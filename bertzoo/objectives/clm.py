@@ -17,7 +17,7 @@ from bertzoo.generation import CausalDecoding, Generates
 from bertzoo.heads import LMHead
 from bertzoo.model import Encoder, EncoderOutput, init_weights
 from bertzoo.objectives.base import ObjectiveOutput
-from bertzoo.objectives.mlm import masked_lm_loss
+from bertzoo.objectives.mlm import lm_head_loss, masked_lm_loss
 
 
 def lm_labels(input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -33,13 +33,17 @@ def causal_lm_loss(
     labels: torch.Tensor,
     head: Callable[[torch.Tensor], torch.Tensor],
     name: str = "lm",
-) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """(logits, loss, metrics, counts): position t predicts labels[:, t + 1]; the mean cross-entropy over
-    the targets that are not IGNORE_INDEX, with `{name}_loss` / `{name}_acc` and their counts.
+) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """(loss, metrics, counts): position t predicts labels[:, t + 1]; the mean cross-entropy over the targets
+    that are not IGNORE_INDEX, with `{name}_loss` / `{name}_acc` and their counts.
 
     It is the masked-LM loss on shifted tensors, so the vocabulary projection runs on the predicting
-    positions only (padding never reaches the head) and the metrics mean the same as BERT's."""
-    return masked_lm_loss(hidden[:, :-1], labels[:, 1:], lambda h, selected: head(h[selected]), name)
+    positions only (padding never reaches the head) and the metrics mean the same as BERT's; a plain
+    projection head (`LMHead`) computes it fused with the projection (`lm_head_loss`)."""
+    hidden, labels = hidden[:, :-1], labels[:, 1:]
+    if isinstance(head, LMHead):
+        return lm_head_loss(hidden, labels, head, name)
+    return masked_lm_loss(hidden, labels, lambda h, selected: head(h[selected]), name)[1:]
 
 
 def next_token_counts(batch: Batch) -> dict[str, int]:
@@ -51,7 +55,7 @@ def next_token_output(
     hidden: torch.Tensor, batch: Batch, head: Callable[[torch.Tensor], torch.Tensor]
 ) -> ObjectiveOutput:
     """The ObjectiveOutput of a next-token objective from its top-layer states (batch, seq, hidden) and head."""
-    _, loss, metrics, counts = causal_lm_loss(hidden, lm_labels(batch.input_ids, batch.attention_mask), head)
+    loss, metrics, counts = causal_lm_loss(hidden, lm_labels(batch.input_ids, batch.attention_mask), head)
     metrics["loss"] = loss.detach()
     counts["loss"] = torch.tensor(1, device=hidden.device)
     return ObjectiveOutput(loss=loss, metrics=metrics, counts=counts, terms={"lm": (loss, 1.0)})

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertzoo.batch import IGNORE_INDEX, Batch
-from bertzoo.heads import MaskedLMHead, SentencePairHead
+from bertzoo.heads import LMHead, MaskedLMHead, SentencePairHead
 from bertzoo.model import Encoder, EncoderOutput, init_weights
 from bertzoo.objectives.base import ObjectiveOutput
 
@@ -32,12 +32,33 @@ def masked_lm_loss(
         loss = F.cross_entropy(logits, targets)
     else:  # a batch with nothing masked still has a graph, so backward() works everywhere
         loss = hidden.sum() * 0.0
-    n_masked = torch.tensor(targets.numel(), device=hidden.device)
     with torch.no_grad():
         acc = (logits.argmax(-1) == targets).float().mean() if targets.numel() else loss.detach() * 0
-    metrics = {f"{name}_loss": loss.detach(), f"{name}_acc": acc}
-    counts = {f"{name}_loss": n_masked, f"{name}_acc": n_masked}
-    return logits, loss, metrics, counts
+    return logits, loss, *_lm_metrics(loss, acc, targets.numel(), name)
+
+
+def lm_head_loss(
+    hidden: torch.Tensor, labels: torch.Tensor, head: LMHead, name: str, *, scale: float | None = None
+) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """`masked_lm_loss` without its logits, for a plain projection head (`LMHead`): the projection and the
+    cross-entropy run fused, chunk by chunk (bertzoo.nn.linear_ce), so the (targets, vocab) logits are never
+    held. `scale` multiplies the hidden states first (T5's tied head)."""
+    selected = labels != IGNORE_INDEX
+    targets = labels[selected]
+    if targets.numel() == 0:  # still a graph, so backward() works everywhere
+        loss = hidden.sum() * 0.0
+        return loss, *_lm_metrics(loss, loss.detach() * 0, 0, name)
+    rows = hidden[selected]
+    loss, correct = head(rows * scale if scale is not None else rows, targets)
+    return loss, *_lm_metrics(loss, correct.float() / targets.numel(), targets.numel(), name)
+
+
+def _lm_metrics(
+    loss: torch.Tensor, acc: torch.Tensor, n: int, name: str
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """`{name}_loss` / `{name}_acc` and the number of targets each averages over."""
+    count = torch.tensor(n, device=loss.device)
+    return {f"{name}_loss": loss.detach(), f"{name}_acc": acc}, {f"{name}_loss": count, f"{name}_acc": count}
 
 
 class MaskedLM(nn.Module):

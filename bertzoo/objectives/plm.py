@@ -19,7 +19,7 @@ from bertzoo.batch import IGNORE_INDEX, Batch
 from bertzoo.heads import LMHead
 from bertzoo.model import init_weights
 from bertzoo.objectives.base import ObjectiveOutput
-from bertzoo.objectives.mlm import masked_lm_loss
+from bertzoo.objectives.mlm import lm_head_loss
 from bertzoo.xlnet import XLNet, XLNetOutput
 
 __all__ = ["PermutationLM", "targets_from_labels"]
@@ -89,7 +89,7 @@ class PermutationLM(nn.Module):
             target_mapping=target_mapping,
         )
         hidden = out.query_hidden_state  # (batch, num_predict, hidden)
-        _, loss, metrics, counts = masked_lm_loss(hidden, labels, lambda h, sel: self.lm_head(h[sel]), "plm")
+        loss, metrics, counts = lm_head_loss(hidden, labels, self.lm_head, "plm")
         metrics["loss"] = loss.detach()
         counts["loss"] = torch.tensor(1, device=hidden.device)
         return ObjectiveOutput(loss=loss, metrics=metrics, counts=counts, terms={"plm": (loss, 1.0)})

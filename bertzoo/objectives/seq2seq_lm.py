@@ -21,7 +21,7 @@ from bertzoo.generation import EncoderDecoderDecoding, Generates
 from bertzoo.heads import LMHead
 from bertzoo.model import init_weights
 from bertzoo.objectives.base import ObjectiveOutput
-from bertzoo.objectives.mlm import masked_lm_loss
+from bertzoo.objectives.mlm import lm_head_loss
 
 __all__ = ["EncoderDecoderLM"]
 
@@ -80,7 +80,7 @@ class EncoderDecoderLM(Generates, EncoderDecoder):
         if batch.labels is None:  # prediction: logits of every target position, no loss
             return ObjectiveOutput(loss=None, logits=self.lm_logits(hidden))
         # The vocabulary projection runs on the labelled positions only (padding never reaches the head).
-        _, loss, metrics, counts = masked_lm_loss(hidden, batch.labels, lambda h, sel: self.lm_logits(h[sel]), "lm")
+        loss, metrics, counts = lm_head_loss(hidden, batch.labels, self.lm_head, "lm", scale=self.output_scale)
         metrics["loss"] = loss.detach()
         counts["loss"] = torch.tensor(1, device=hidden.device)
         return ObjectiveOutput(loss=loss, metrics=metrics, counts=counts, terms={"lm": (loss, 1.0)})

@@ -242,7 +242,7 @@ class TaskModel(nn.Module):
             if rows is not None:
                 labels = labels.masked_fill(~rows.reshape(-1, 1).bool(), IGNORE_INDEX)
             # The LM head reads the top layer, as in pretraining, whatever feature mix the task head reads.
-            _, loss, metrics, counts = causal_lm_loss(out.last_hidden_state, labels, self.lm_head, "lm")
+            loss, metrics, counts = causal_lm_loss(out.last_hidden_state, labels, self.lm_head, "lm")
             lm = LMTerm(loss, metrics, counts)
         return Features(seq, sentence, lm)
 

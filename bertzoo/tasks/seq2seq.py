@@ -210,11 +210,11 @@ class Seq2SeqModel(Generates, TaskModel):
             return ObjectiveOutput(loss=None)
         if self.causal:
             hidden = self.encoder(batch.input_ids, batch.attention_mask, pool=False).last_hidden_state
-            _, loss, metrics, counts = causal_lm_loss(hidden, batch.labels, self.head, "target")
+            loss, metrics, counts = causal_lm_loss(hidden, batch.labels, self.head, "target")
             terms = {"target": (loss, 1.0)}
             source = batch.extra.get("source_labels")
             if self.lm_weight > 0 and source is not None:
-                _, aux, m, c = causal_lm_loss(hidden, source, self.head, "source")
+                aux, m, c = causal_lm_loss(hidden, source, self.head, "source")
                 metrics.update(m)
                 counts.update(c)
                 loss = loss + self.lm_weight * aux
