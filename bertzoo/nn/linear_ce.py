@@ -22,7 +22,7 @@ CHUNK_ELEMENTS = 1 << 24
 
 
 def _chunked(hidden, weight, bias, targets, chunk: int, need: tuple[bool, bool, bool]):  # noqa: ANN001, ANN202
-    """(summed loss, correct count, grad_h, grad_w, grad_b) over chunks of rows; each gradient only where `need`
+    """(mean loss, correct count, grad_h, grad_w, grad_b) over chunks of rows; each gradient only where `need`
     says (of the mean loss: the caller scales by the incoming gradient)."""
     n = hidden.size(0)
     need_h, need_w, need_b = need
@@ -49,18 +49,18 @@ def _chunked(hidden, weight, bias, targets, chunk: int, need: tuple[bool, bool, 
             grad_w += (g.t().to(h.dtype) @ h).float()
         if need_b:
             grad_b += g.sum(0)
-    return total, correct, grad_h, grad_w, grad_b
+    return total / max(n, 1), correct, grad_h, grad_w, grad_b
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, bias, targets, chunk):  # noqa: ANN001, ANN205 - autograd's signature
         need = tuple(ctx.needs_input_grad[:3])
-        total, correct, *grads = _chunked(hidden, weight, bias, targets, chunk, need)
+        loss, correct, *grads = _chunked(hidden, weight, bias, targets, chunk, need)
         ctx.save_for_backward(*(g if g is not None else torch.empty(0) for g in grads))
         ctx.dtypes = (hidden.dtype, weight.dtype, bias.dtype if bias is not None else None)
         ctx.mark_non_differentiable(correct)
-        return total / max(hidden.size(0), 1), correct
+        return loss, correct
 
     @staticmethod
     def backward(ctx, grad_loss, _grad_correct):  # noqa: ANN001, ANN205 - autograd's signature
@@ -89,6 +89,6 @@ def linear_cross_entropy(
                          f"{tuple(targets.shape)}")  # fmt: skip
     rows = chunk or max(1, min(CHUNK_ROWS, CHUNK_ELEMENTS // weight.size(0)))
     if not torch.is_grad_enabled():  # evaluation: no gradient work at all
-        total, correct, *_ = _chunked(hidden, weight, bias, targets, rows, (False, False, False))
-        return total / max(hidden.size(0), 1), correct
+        loss, correct, *_ = _chunked(hidden, weight, bias, targets, rows, (False, False, False))
+        return loss, correct
     return _LinearCrossEntropy.apply(hidden, weight, bias, targets, rows)

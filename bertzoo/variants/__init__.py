@@ -76,9 +76,9 @@ def get_variant(name: str) -> ModuleType:
 
 def scratch_config(variant: ModuleType, spec: dict[str, Any], tokenizer: Any) -> ModelConfig:
     """The `ModelConfig` a from-scratch model of `variant` gets from `spec` (a preset and fields) and the run's
-    `tokenizer`: what the variant takes from the vocabulary (`model_defaults`: T5's sentinels, MASS's mask), then
-    its size and padding id, each only where `spec` does not set it. Pretraining, fine-tuning from random init
-    and a random distillation student all build their model through here."""
+    `tokenizer`: what the variant takes from the vocabulary (`model_defaults`: T5's decoder start and unpadded word
+    table, MASS's mask), then its size and padding id, each only where `spec` does not set it. Pretraining,
+    fine-tuning from random init and a random distillation student all build their model through here."""
     spec = dict(spec)
     for key, value in getattr(variant, "model_defaults", lambda t: {})(tokenizer).items():
         spec.setdefault(key, value)
