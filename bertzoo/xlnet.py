@@ -65,7 +65,7 @@ def layout_problems(config: ModelConfig) -> list[str]:
 class XLNetOutput:
     """transformers' XLNetModelOutput, with the two streams under their own names."""
 
-    last_hidden_state: torch.Tensor  # (batch, seq, hidden): the content stream
+    last_hidden_state: torch.Tensor | None  # (batch, seq, hidden): the content stream; None with top_content=False
     query_hidden_state: torch.Tensor | None = None  # (batch, num_predict, hidden): with a target_mapping
     mems: tuple[torch.Tensor, ...] | None = None  # per layer (batch, <= mem_len, hidden), detached; use_mems
     hidden_states: tuple[torch.Tensor, ...] | None = None  # content stream: embeddings + every layer
@@ -116,6 +116,16 @@ def stream_masks(
     return content[:, None], ~blocked[:, None]
 
 
+def one_hot_rows(mapping: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(positions, present), both (batch, num_predict), of a target_mapping whose rows are each one-hot or all
+    zero (the collators' and transformers'), else None (a soft mapping keeps the general path)."""
+    present = mapping.sum(-1)
+    exact = ((mapping == 0) | (mapping == 1)).all() & ((present == 0) | (present == 1)).all()
+    if not bool(exact):
+        return None
+    return mapping.argmax(-1), present
+
+
 class XLNetLayer(nn.Module):
     """Two-stream attention and a feed-forward, each added to its input then normalised (post-norm); the
     query stream goes through the same sublayers as the content stream."""
@@ -135,10 +145,12 @@ class XLNetLayer(nn.Module):
 
     def forward(
         self, h: torch.Tensor, g: torch.Tensor | None, pos: torch.Tensor, **attention
-    ) -> tuple[torch.Tensor, torch.Tensor | None, tuple[torch.Tensor | None, torch.Tensor | None]]:
-        """h: (batch, seq, hidden); g: (batch, num_predict, hidden) or None; `attention`: TwoStreamAttention's."""
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, tuple[torch.Tensor | None, torch.Tensor | None]]:
+        """h: (batch, seq, hidden); g: (batch, num_predict, hidden) or None; `attention`: TwoStreamAttention's
+        (with content=False the content stream's output is None)."""
         out_h, out_g, probs = self.attention(h, g, pos, **attention)
-        return self.sublayers(h, out_h), None if g is None else self.sublayers(g, out_g), probs
+        h = None if out_h is None else self.sublayers(h, out_h)
+        return h, None if g is None else self.sublayers(g, out_g), probs
 
 
 class XLNet(nn.Module):
@@ -194,11 +206,14 @@ class XLNet(nn.Module):
         use_mems: bool = False,
         output_hidden_states: bool = False,
         output_attentions: bool = False,
+        top_content: bool = True,
     ) -> XLNetOutput:
         """input_ids: (batch, seq); attention_mask: (batch, seq) 1 = real token; token_type_ids: (batch, seq)
         segment ids (None: no segment term); perm_mask: (batch, seq, seq) 1 = may not attend; target_mapping:
         (batch, num_predict, seq) one-hot rows, runs the query stream; mems: a previous call's `mems`;
-        use_mems: return this call's memory for the next one."""
+        use_mems: return this call's memory for the next one; top_content=False: with a query stream, the top
+        layer's content stream (read by nobody when only the query stream's predictions count) is not
+        computed and `last_hidden_state` is None (ignored when hidden states or attentions are asked for)."""
         c = self.config
         b, seq = input_ids.shape
         mem = 0 if not mems else mems[0].size(1)
@@ -212,6 +227,10 @@ class XLNet(nn.Module):
         if target_mapping is not None:
             g = self.drop(self.mask_emb.expand(b, target_mapping.size(1), -1))  # (batch, num_predict, hidden)
             target_mapping = target_mapping.to(h.dtype)
+        # The collators' mappings are one-hot: then the query stream asks at the predicted positions only
+        # (num_predict rows, not seq). Attention maps keep the scattered layout transformers returns.
+        query_rows = None if target_mapping is None or output_attentions else one_hot_rows(target_mapping)
+        skip_top = g is not None and not top_content and not (output_hidden_states or output_attentions)
         different = None
         if token_type_ids is not None:
             # Memory counts as segment 0 (transformers' and the paper's code).
@@ -239,6 +258,8 @@ class XLNet(nn.Module):
                 content_mask=content_mask,
                 query_mask=query_mask,
                 target_mapping=target_mapping,
+                query_rows=query_rows,
+                content=not (skip_top and i == len(self.layers) - 1),
                 need_weights=output_attentions,
             )
             if hs is not None:
@@ -249,7 +270,7 @@ class XLNet(nn.Module):
             if probs_g is not None:
                 probs_g.append(p_g)
         return XLNetOutput(
-            last_hidden_state=self.drop(h),
+            last_hidden_state=None if h is None else self.drop(h),
             query_hidden_state=None if g is None else self.drop(g),
             mems=tuple(new_mems) if use_mems else None,
             hidden_states=None if hs is None else tuple(hs),

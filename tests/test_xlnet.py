@@ -124,6 +124,19 @@ def test_two_stream_attention_equals_the_per_pair_formula() -> None:
     torch.testing.assert_close(out_h, expected["h"], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out_g, expected["g"], atol=1e-5, rtol=1e-5)
 
+    # The query stream asked at some positions only (rows gathered), the last row of the second batch empty:
+    # each row is the per-pair formula's row at its position, an empty one reads nothing (zeros).
+    positions = torch.tensor([[3, 0, 2], [1, 3, 0]])
+    present = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    g_rows = g.gather(1, positions[..., None].expand(-1, -1, hidden))
+    none_h, rows_g, _ = att(
+        x, g_rows, pos, top=top, memory=memory, different=different, content_mask=mask, query_mask=mask,
+        query_rows=(positions, present), content=False,
+    )  # fmt: skip
+    assert none_h is None
+    want = expected["g"].gather(1, positions[..., None].expand(-1, -1, hidden)) * present[..., None]
+    torch.testing.assert_close(rows_g, want, atol=1e-5, rtol=1e-5)
+
 
 def test_stream_masks_content_sees_itself_query_does_not() -> None:
     perm = torch.tensor([[[1, 1, 0], [0, 1, 1], [0, 0, 0]]])  # 1 = may not attend
@@ -315,6 +328,44 @@ def test_plm_loss_is_the_cross_entropy_of_the_query_stream_and_it_learns() -> No
         model(batch).loss.backward()
         optimizer.step()
     assert model(batch).loss.item() < first - 1.0
+
+
+def test_the_query_stream_at_the_targets_only_equals_the_scattered_one() -> None:
+    """The PLM loss path (query stream scored at the predicted rows, top layer's content stream skipped) gives
+    the loss and gradients of the scattered path that transformers' layout takes (output_attentions=True),
+    on collator batches whose rows predict different numbers of tokens (empty mapping rows)."""
+    torch.manual_seed(7)
+    model = xlnet.build(tiny()).eval()
+    batch = PermutationLMCollator(SPECIAL, vocab_size=VOCAB, seed=3)(examples(4, 16, seed=5))
+    mapping = batch.extra["target_mapping"]
+    assert (mapping.sum(-1) == 0).any(), "the batch should have an empty mapping row"
+    inputs = {
+        "attention_mask": batch.attention_mask,
+        "token_type_ids": batch.token_type_ids,
+        "perm_mask": batch.extra["perm_mask"],
+        "target_mapping": mapping,
+    }
+    real = batch.labels != IGNORE_INDEX
+
+    def loss_and_grads(**kwargs) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        model.zero_grad()
+        logits, out = model.logits(batch.input_ids, **inputs, **kwargs)
+        loss = torch.nn.functional.cross_entropy(logits[real], batch.labels[real])
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None], out
+
+    ref_loss, ref_grads, ref_out = loss_and_grads(output_attentions=True)
+    loss, grads, out = loss_and_grads(top_content=False)
+    assert ref_out.last_hidden_state is not None and out.last_hidden_state is None
+    torch.testing.assert_close(loss, ref_loss, atol=1e-6, rtol=1e-6)
+    # Every parameter the scattered path trains gets the same gradient (the top layer's content-only
+    # parameters, its content stream's norms and feed-forward, get none from either: they feed nothing read).
+    assert len(grads) == len(ref_grads)
+    for a, b in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    model.zero_grad()
+    model(batch).loss.backward()  # the objective takes the fast path
+    torch.testing.assert_close(model(batch).loss.detach(), ref_loss, atol=1e-6, rtol=1e-6)
 
 
 # --- pretraining ------------------------------------------------------------------------------------

@@ -84,6 +84,8 @@ def assert_same(hf, ours: PermutationLM, seed: int = 0) -> None:
         ref = hf(ids, **extra, output_hidden_states=True, output_attentions=True, use_mems=False)
         logits, out = ours.logits(ids, **extra, output_hidden_states=True, output_attentions=True)
         close(logits, ref.logits)
+        # Without attention maps the query stream is scored at the predicted positions only (one_hot_rows).
+        close(ours.logits(ids, **extra)[0], ref.logits)
         if "target_mapping" in extra:  # transformers interleaves the streams: (h0, g0, h1, g1, ...)
             close(torch.stack(out.hidden_states), torch.stack(ref.hidden_states[0::2]))
             close(torch.stack(out.query_hidden_states), torch.stack(ref.hidden_states[1::2]))

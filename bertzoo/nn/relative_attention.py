@@ -64,17 +64,28 @@ def relative_sinusoids(distances: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.cat([angles.sin(), angles.cos()], dim=-1).float()  # (len, dim)
 
 
-def relative_shift(position: torch.Tensor, mem_len: int, k_len: int, top: int | None = None) -> torch.Tensor:
+def relative_shift(
+    position: torch.Tensor,
+    mem_len: int,
+    k_len: int,
+    top: int | None = None,
+    query_positions: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Scores against the positional table -> scores against the keys.
 
     position: (batch, heads, q_len, r_len), column c scored against distance top - c (default top = r_len - 1,
     the causal table k_len - 1 .. 0). Returns (batch, heads, q_len, k_len) whose [i, j] is the column of distance
     mem_len + i - j. Causal tables have no negative distances: future keys read a clamped column and must be
-    masked by the caller (they always are: they are the future).
+    masked by the caller (they always are: they are the future). query_positions: (batch, q_len), the segment
+    position each query row stands for when the rows are not simply 0 .. q_len - 1 (XLNet's query stream asks
+    only at the predicted positions).
     """
     q_len, r_len = position.shape[-2:]
     top = r_len - 1 if top is None else top
-    query = torch.arange(q_len, device=position.device)[:, None]
+    if query_positions is None:
+        query = torch.arange(q_len, device=position.device)[:, None]
+    else:
+        query = query_positions[:, None, :, None]  # (batch, 1, q_len, 1)
     key = torch.arange(k_len, device=position.device)[None, :]
     column = (top - (mem_len + query - key)).clamp(0, r_len - 1)  # (q_len, k_len)
     return position.gather(-1, column.expand(*position.shape[:-2], q_len, k_len))
@@ -89,16 +100,17 @@ def relative_scores(
     *,
     mem_len: int,
     top: int | None = None,
+    query_positions: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """(q_i + u) . k_j + (q_i + v) . r_{mem_len + i - j}, unscaled and unmasked.
 
     q: (batch, heads, q_len, d_head); k: (batch, heads, k_len, d_head); r: the projected positional keys
     (heads, r_len, d_head) or (batch, heads, r_len, d_head), row c for distance top - c (see `relative_shift`);
-    u, v: (heads, d_head). Returns (batch, heads, q_len, k_len).
+    u, v: (heads, d_head); query_positions: see `relative_shift`. Returns (batch, heads, q_len, k_len).
     """
     content = (q + u[:, None]) @ k.transpose(-1, -2)  # (batch, heads, q_len, k_len)
     position = (q + v[:, None]) @ r.transpose(-1, -2)  # (batch, heads, q_len, r_len)
-    return content + relative_shift(position, mem_len, k.size(-2), top)
+    return content + relative_shift(position, mem_len, k.size(-2), top, query_positions)
 
 
 class RelativeSelfAttention(nn.Module):

@@ -25,7 +25,7 @@ from torch import nn
 
 from bertzoo.nn.relative_attention import relative_scores
 
-__all__ = ["TwoStreamAttention", "segment_scores"]
+__all__ = ["TwoStreamAttention", "heads_of", "mask_rows", "merge_heads", "segment_scores"]
 
 
 def segment_scores(q: torch.Tensor, bias: torch.Tensor, embed: torch.Tensor, different: torch.Tensor) -> torch.Tensor:
@@ -67,26 +67,43 @@ class TwoStreamAttention(nn.Module):
         content_mask: torch.Tensor | None = None,
         query_mask: torch.Tensor | None = None,
         target_mapping: torch.Tensor | None = None,
+        query_rows: tuple[torch.Tensor, torch.Tensor] | None = None,
+        content: bool = True,
         need_weights: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor | None, tuple[torch.Tensor | None, torch.Tensor | None]]:
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, tuple[torch.Tensor | None, torch.Tensor | None]]:
         """h: (batch, seq, hidden) content stream; g: (batch, num_predict, hidden) query stream or None;
         pos: (r_len, hidden) sinusoids whose row c is distance top - c; memory: (batch, mem, hidden), used as
         is (detach it upstream); different: (batch, seq, mem + seq) bool segment inequality (None: no segment
         term); masks: bool broadcastable to (batch, heads, seq, mem + seq), True = attend, None = all;
         target_mapping: (batch, num_predict, seq) float, the position each query-stream row predicts (None:
-        g is position-aligned with h). Returns (h output, g output or None, (h probs, g probs) if asked)."""
+        g is position-aligned with h); query_rows: (positions, present), both (batch, num_predict), the same
+        mapping when its rows are one-hot or empty (`XLNet.forward` finds out): the query stream is then scored
+        at the predicted positions only, not scattered over all of them, and an empty row reads nothing, as
+        an all-zero mapping row does. content=False skips the content stream's own attention (its keys and
+        values are still read by the query stream), for a top layer whose content output nobody reads.
+        Returns (h output or None, g output or None, (h probs, g probs) if asked)."""
         full = h if memory is None else torch.cat([memory, h], dim=1)  # (batch, k_len, hidden)
         mem_len = full.size(1) - h.size(1)
-        k = torch.einsum("bkh,hnd->bnkd", full, self.k)  # (batch, heads, k_len, d)
-        v = torch.einsum("bkh,hnd->bnkd", full, self.v)
-        r = torch.einsum("rh,hnd->nrd", pos, self.r)  # (heads, r_len, d)
+        k, v = heads_of(full, self.k), heads_of(full, self.v)  # (batch, heads, k_len, d)
+        r = heads_of(pos[None], self.r)[0]  # (heads, r_len, d)
 
-        def attend(q: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-            scores = relative_scores(q, k, r, self.content_bias, self.position_bias, mem_len=mem_len, top=top)
+        def attend(
+            q: torch.Tensor, mask: torch.Tensor | None, positions: torch.Tensor | None = None
+        ) -> tuple[torch.Tensor, torch.Tensor | None]:
+            scores = relative_scores(
+                q, k, r, self.content_bias, self.position_bias, mem_len=mem_len, top=top, query_positions=positions
+            )
             if different is not None:
-                scores = scores + segment_scores(q, self.segment_bias, self.segment_embed, different)
+                rows = (
+                    different
+                    if positions is None
+                    else different.gather(1, positions[..., None].expand(-1, -1, different.size(-1)))
+                )
+                scores = scores + segment_scores(q, self.segment_bias, self.segment_embed, rows)
             scores = scores / math.sqrt(self.head_dim)  # (batch, heads, q_len, k_len)
             if mask is not None:
+                if positions is not None:
+                    mask = mask_rows(mask, positions)
                 # The dtype's minimum, not -inf: a row with no visible key (a query stream seeing nothing)
                 # gets uniform weights instead of NaN, as transformers' `score - 1e30 * mask` gives.
                 scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
@@ -94,17 +111,45 @@ class TwoStreamAttention(nn.Module):
             ctx = F.dropout(probs, p=self.dropout, training=self.training) @ v  # (batch, heads, q_len, d)
             return ctx, probs if need_weights else None
 
-        q_h = torch.einsum("bsh,hnd->bnsd", h, self.q)  # (batch, heads, seq, d)
-        ctx_h, probs_h = attend(q_h, content_mask)
-        out_h = torch.einsum("bnsd,hnd->bsh", ctx_h, self.o)  # (batch, seq, hidden)
+        out_h = probs_h = None
+        if content:
+            q_h = heads_of(h, self.q)  # (batch, heads, seq, d)
+            ctx_h, probs_h = attend(q_h, content_mask)
+            out_h = merge_heads(ctx_h, self.o)  # (batch, seq, hidden)
         if g is None:
             return out_h, None, (probs_h, None)
-        q_g = torch.einsum("bmh,hnd->bnmd", g, self.q)  # (batch, heads, num_predict, d)
-        if target_mapping is not None:
+        q_g = heads_of(g, self.q)  # (batch, heads, num_predict, d)
+        if query_rows is not None:
+            positions, present = query_rows
+            ctx_g, probs_g = attend(q_g, query_mask, positions)
+            ctx_g = ctx_g * present[:, None, :, None].to(ctx_g.dtype)  # an empty mapping row reads nothing
+        elif target_mapping is not None:
             # Each prediction asks from the position it predicts (its distances and segment are that position's).
             q_g = torch.einsum("bnmd,bms->bnsd", q_g, target_mapping)  # (batch, heads, seq, d)
-        ctx_g, probs_g = attend(q_g, query_mask)
-        if target_mapping is not None:
+            ctx_g, probs_g = attend(q_g, query_mask)
             ctx_g = torch.einsum("bnsd,bms->bnmd", ctx_g, target_mapping)  # (batch, heads, num_predict, d)
-        out_g = torch.einsum("bnmd,hnd->bmh", ctx_g, self.o)  # (batch, num_predict, hidden)
+        else:
+            ctx_g, probs_g = attend(q_g, query_mask)
+        out_g = merge_heads(ctx_g, self.o)  # (batch, num_predict, hidden)
         return out_h, out_g, (probs_h, probs_g)
+
+
+def heads_of(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x (batch, len, hidden) projected by a (hidden, heads, d) weight: (batch, heads, len, d). One 2-D matmul
+    (an einsum of these shapes runs as a batch-1 bmm, measured slower on CPU)."""
+    b, n = x.size(0), x.size(1)
+    return (x @ weight.flatten(1)).view(b, n, weight.size(1), weight.size(2)).transpose(1, 2)
+
+
+def merge_heads(ctx: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """ctx (batch, heads, len, d) through the (hidden, heads, d) output weight: (batch, len, hidden)."""
+    b, _, n, _ = ctx.shape
+    return ctx.transpose(1, 2).reshape(b, n, -1) @ weight.flatten(1).t()
+
+
+def mask_rows(mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """The rows `positions` (batch, q_len) of a mask broadcastable to (batch, heads, seq, k_len) whose batch
+    and head dims may be 1: (batch, heads or 1, q_len, k_len)."""
+    mask = mask.expand(positions.size(0), *mask.shape[1:])
+    index = positions[:, None, :, None].expand(-1, mask.size(1), -1, mask.size(-1))
+    return mask.gather(-2, index)

@@ -87,6 +87,7 @@ class PermutationLM(nn.Module):
             batch.token_type_ids,
             perm_mask=perm_mask,
             target_mapping=target_mapping,
+            top_content=False,  # the loss reads the query stream alone
         )
         hidden = out.query_hidden_state  # (batch, num_predict, hidden)
         loss, metrics, counts = lm_head_loss(hidden, labels, self.lm_head, "plm")
