@@ -67,8 +67,32 @@ class LMHead(nn.Module):
         cross-entropy, rows predicted right) computed chunk by chunk without keeping the logits
         (bertzoo.nn.linear_ce); through the module call, so wrappers that hook it (FSDP) still see it run."""
         if targets is None:
+            if few_rows(hidden):
+                return few_rows_logits(hidden, self.decoder.weight, self.decoder.bias)
             return self.decoder(hidden)
         return linear_cross_entropy(hidden, self.decoder.weight, self.decoder.bias, targets)
+
+
+# A decoding step projects a handful of rows onto the whole vocabulary. On CPU, `F.linear` of (rows, hidden)
+# against a (vocab, hidden) weight ran at half the speed of the same product taken as weight @ rows.T for
+# 1-8 rows (8192 x 256 and 32,128 x 512, one thread, AVX2; docs/performance.md), and no slower up to 32 rows.
+FEW_ROWS = 32
+
+
+def few_rows(hidden: torch.Tensor) -> bool:
+    """Whether `hidden` is a decoding step's few rows on the CPU, with no gradient to carry (inference only)."""
+    return (
+        hidden.dim() == 2
+        and hidden.size(0) <= FEW_ROWS
+        and hidden.device.type == "cpu"
+        and not (torch.is_grad_enabled() and hidden.requires_grad)
+    )
+
+
+def few_rows_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """hidden (rows, hidden) @ weight.T (+ bias) computed as (weight @ hidden.T).T: (rows, vocab)."""
+    logits = (weight @ hidden.T).T
+    return logits if bias is None else logits + bias
 
 
 class SentencePairHead(nn.Module):

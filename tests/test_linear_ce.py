@@ -96,3 +96,29 @@ def test_the_default_chunking_covers_every_row() -> None:
     assert loss.item() == pytest.approx(ref.item(), abs=1e-5) and int(correct) == ref_correct
     torch.testing.assert_close(h.grad, h2.grad, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(w.grad, w2.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_a_decoding_steps_few_rows_get_the_same_logits_by_the_transposed_product() -> None:
+    """LMHead without targets: for a few CPU rows and no gradient it computes weight @ rows.T (faster there);
+    the logits are F.linear's to float rounding, with and without a bias, and the path is skipped when a
+    gradient must flow or the rows are many."""
+    from bertzoo.heads import FEW_ROWS, LMHead, few_rows
+
+    torch.manual_seed(0)
+    for bias in (False, True):
+        head = LMHead(16, 300, bias=bias)
+        if bias:
+            torch.nn.init.normal_(head.decoder.bias)
+        for rows in (1, 4, FEW_ROWS):
+            hidden = torch.randn(rows, 16)
+            with torch.no_grad():
+                assert few_rows(hidden)
+                got = head(hidden)
+            want = F.linear(hidden, head.decoder.weight, head.decoder.bias)
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert not few_rows(torch.randn(FEW_ROWS + 1, 16))
+    assert not few_rows(torch.randn(2, 3, 16))  # (batch, seq, hidden): a training forward, not a step
+    assert not few_rows(torch.randn(2, 16, requires_grad=True))
+    hidden = torch.randn(2, 16, requires_grad=True)
+    head(hidden).sum().backward()  # the usual path keeps its gradient
+    assert hidden.grad is not None
