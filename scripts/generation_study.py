@@ -8,7 +8,8 @@ Steps (each command is printed, as a user would type it):
    articles of wiki-titles are never seen in pretraining) and of its dev split (held-out curves);
 2. per family, pretraining for a wall-clock budget (`--minutes`): `configs/pretrain/gpt-mini.yaml` (causal
    LM on packed blocks), `configs/pretrain/unilm-mini.yaml` (masked LM under UniLM's four masks),
-   `configs/pretrain/t5-mini.yaml` (span corruption) and `configs/pretrain/mass-mini.yaml` (MASS);
+   `configs/pretrain/t5-mini.yaml` (the T5 paper's BERT-style objective from a local start) and
+   `configs/pretrain/mass-mini.yaml` (MASS);
 3. per family and seed, fine-tuning of the pretrained model and of random init
    (`configs/finetune/wiki-titles-{family}.yaml`: GPT with target LM loss + 0.5 x source LM loss, UniLM
    with 70% of the target masked under the sequence-to-sequence mask, T5 and MASS with the source in the

@@ -217,7 +217,10 @@ def test_the_cli_pretrains_t5_and_refuses_bad_args(synthetic_shards, tmp_path):
                         capture_output=True, text=True, timeout=300)  # fmt: skip
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert (tmp_path / "ok" / "final" / "model.safetensors").is_file()
-    bad = subprocess.run([*base, "--objective_args.noise_density", "1.5", "--train.output_dir", str(tmp_path / "bad")],
+    # The shipped file is iid_mask with a local start (printed); span corruption's noise is checked on the CLI.
+    assert "relative bias: heads pointed at" in ok.stdout
+    bad = subprocess.run([*base, "--objective", "span_corruption", "--objective_args.noise_density", "1.5",
+                          "--train.output_dir", str(tmp_path / "bad")],
                          capture_output=True, text=True, timeout=300)  # fmt: skip
     assert bad.returncode == 2
     lines = [x for x in bad.stderr.strip().splitlines() if x.strip()]
