@@ -19,7 +19,7 @@ from bertzoo.errors import ConfigError
 from bertzoo.nn.relative_attention import signed_distances
 from bertzoo.nn.two_stream import TwoStreamAttention
 from bertzoo.variants import VARIANTS, xlnet
-from bertzoo.xlnet import XLNet, stream_masks
+from bertzoo.xlnet import XLNet, XLNetOutput, stream_masks
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -347,7 +347,7 @@ def test_the_query_stream_at_the_targets_only_equals_the_scattered_one() -> None
     }
     real = batch.labels != IGNORE_INDEX
 
-    def loss_and_grads(**kwargs) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    def loss_and_grads(**kwargs) -> tuple[torch.Tensor, list[torch.Tensor], XLNetOutput]:
         model.zero_grad()
         logits, out = model.logits(batch.input_ids, **inputs, **kwargs)
         loss = torch.nn.functional.cross_entropy(logits[real], batch.labels[real])

@@ -87,7 +87,7 @@ def relative_shift(
     else:
         query = query_positions[:, None, :, None]  # (batch, 1, q_len, 1)
     key = torch.arange(k_len, device=position.device)[None, :]
-    column = (top - (mem_len + query - key)).clamp(0, r_len - 1)  # (q_len, k_len)
+    column = (top - (mem_len + query - key)).clamp(0, r_len - 1)  # (q_len, k_len), or (batch, 1, q_len, k_len)
     return position.gather(-1, column.expand(*position.shape[:-2], q_len, k_len))
 
 

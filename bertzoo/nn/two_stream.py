@@ -25,7 +25,7 @@ from torch import nn
 
 from bertzoo.nn.relative_attention import relative_scores
 
-__all__ = ["TwoStreamAttention", "heads_of", "mask_rows", "merge_heads", "segment_scores"]
+__all__ = ["TwoStreamAttention", "heads_of", "merge_heads", "rows_at", "segment_scores"]
 
 
 def segment_scores(q: torch.Tensor, bias: torch.Tensor, embed: torch.Tensor, different: torch.Tensor) -> torch.Tensor:
@@ -94,16 +94,12 @@ class TwoStreamAttention(nn.Module):
                 q, k, r, self.content_bias, self.position_bias, mem_len=mem_len, top=top, query_positions=positions
             )
             if different is not None:
-                rows = (
-                    different
-                    if positions is None
-                    else different.gather(1, positions[..., None].expand(-1, -1, different.size(-1)))
-                )
+                rows = different if positions is None else rows_at(different[:, None], positions)[:, 0]
                 scores = scores + segment_scores(q, self.segment_bias, self.segment_embed, rows)
             scores = scores / math.sqrt(self.head_dim)  # (batch, heads, q_len, k_len)
             if mask is not None:
                 if positions is not None:
-                    mask = mask_rows(mask, positions)
+                    mask = rows_at(mask, positions)
                 # The dtype's minimum, not -inf: a row with no visible key (a query stream seeing nothing)
                 # gets uniform weights instead of NaN, as transformers' `score - 1e30 * mask` gives.
                 scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
@@ -147,9 +143,9 @@ def merge_heads(ctx: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return ctx.transpose(1, 2).reshape(b, n, -1) @ weight.flatten(1).t()
 
 
-def mask_rows(mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """The rows `positions` (batch, q_len) of a mask broadcastable to (batch, heads, seq, k_len) whose batch
-    and head dims may be 1: (batch, heads or 1, q_len, k_len)."""
-    mask = mask.expand(positions.size(0), *mask.shape[1:])
-    index = positions[:, None, :, None].expand(-1, mask.size(1), -1, mask.size(-1))
-    return mask.gather(-2, index)
+def rows_at(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """The rows `positions` (batch, q_len) of x (batch or 1, heads or 1, seq, k_len), a mask or a segment
+    comparison broadcast over the batch: (batch, heads or 1, q_len, k_len)."""
+    x = x.expand(positions.size(0), *x.shape[1:])
+    index = positions[:, None, :, None].expand(-1, x.size(1), -1, x.size(-1))
+    return x.gather(-2, index)
