@@ -10,7 +10,7 @@ from torch import nn
 
 from bertzoo.config import TrainConfig
 from bertzoo.errors import ConfigError
-from bertzoo.train.optim import BudgetClock, build_optimizer, build_scheduler, param_groups
+from bertzoo.train.optim import BudgetClock, build_optimizer, build_scheduler, fused_adamw_fits, param_groups
 
 
 class RMSNormLike(nn.Module):
@@ -54,8 +54,44 @@ def test_build_optimizer_uses_config() -> None:
     assert isinstance(opt, torch.optim.AdamW)
     for g in opt.param_groups:
         assert g["lr"] == 3e-4 and g["betas"] == (0.8, 0.95) and g["eps"] == 1e-8
-        assert g["foreach"] is True  # CPU parameters
+        assert g["fused"] is True  # plain CPU parameters take the fused kernel
     assert [g["weight_decay"] for g in opt.param_groups] == [0.1, 0.0]
+
+
+def test_the_fused_step_follows_torchs_reference_adamw() -> None:
+    """Five steps of build_optimizer's (fused) AdamW against torch's single-tensor AdamW, same groups and
+    gradients: the parameters agree to float rounding."""
+    cfg = TrainConfig(lr=1e-2, weight_decay=0.1, adam_beta1=0.8, adam_beta2=0.95, adam_eps=1e-6)
+    torch.manual_seed(0)
+    ours, ref = Tiny(), Tiny()
+    ref.load_state_dict(ours.state_dict())
+    start = {n: t.clone() for n, t in ours.state_dict().items()}
+    opt = build_optimizer(ours, cfg)
+    assert all(g["fused"] for g in opt.param_groups)
+    ref_groups = [{k: v for k, v in g.items() if k == "params" or k == "weight_decay"} for g in param_groups(ref, 0.1)]
+    ref_opt = torch.optim.AdamW(ref_groups, lr=1e-2, betas=(0.8, 0.95), eps=1e-6, foreach=False, fused=False)
+    for step in range(5):
+        grads = {
+            n: torch.randn_like(p, generator=torch.Generator().manual_seed(step)) for n, p in ours.named_parameters()
+        }
+        for model, o in ((ours, opt), (ref, ref_opt)):
+            for n, p in model.named_parameters():
+                p.grad = grads[n].clone() if p.requires_grad else None
+            o.step()
+    moved = False
+    for (n, a), b in zip(ours.state_dict().items(), ref.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6, msg=n)
+        moved |= not torch.equal(a, start[n])
+    assert moved
+
+
+def test_parameters_the_fused_kernel_cannot_take_keep_foreach() -> None:
+    assert fused_adamw_fits([nn.Parameter(torch.zeros(2))])
+    assert not fused_adamw_fits([])
+    assert not fused_adamw_fits([nn.Parameter(torch.zeros(2, device="meta"))])
+    assert not fused_adamw_fits([nn.Parameter(torch.zeros(2)), nn.Parameter(torch.zeros(2, device="meta"))])
+    opt = build_optimizer(nn.Linear(2, 2, device="meta"), TrainConfig(lr=1e-3))
+    assert all(g["foreach"] and not g.get("fused") for g in opt.param_groups)
 
 
 def _lrs(cfg: TrainConfig, total: int) -> list[float]:
