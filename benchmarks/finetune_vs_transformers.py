@@ -37,7 +37,7 @@ import tempfile
 import time
 
 import torch
-from timing import autocast, sync
+from timing import autocast, sync, transformers_trainer_kernel
 
 from bertzoo.precision import autocast_dtype, cpu_capability, resolve_precision
 
@@ -104,7 +104,7 @@ class TransformersRun:
         decay, no_decay = [], []
         for name, p in self.model.named_parameters():
             (no_decay if p.ndim <= 1 or name.endswith("bias") or "LayerNorm" in name else decay).append(p)
-        impl = {"fused": True} if device.type == "cuda" else {"foreach": True}
+        impl = transformers_trainer_kernel()  # what its Trainer would build
         self.opt = torch.optim.AdamW(
             [{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
             lr=t.lr,

@@ -19,7 +19,7 @@ import sys
 import tempfile
 
 import torch
-from timing import alternate, autocast, device_arg, resolve_device
+from timing import alternate, autocast, device_arg, resolve_device, training_adamw
 
 from bertzoo.batch import Batch
 from bertzoo.hub import export_hf
@@ -70,10 +70,7 @@ def main() -> None:
     data = batches(args.steps + 1, args.batch, args.seq, args.vocab, device)
     precision = resolve_precision(args.precision, device)
     amp = autocast_dtype(precision)
-    opt = {
-        "bertzoo": torch.optim.AdamW(ours.parameters(), lr=1e-4),
-        "transformers": torch.optim.AdamW(ref.parameters(), lr=1e-4),
-    }
+    opt = training_adamw(ours, ref, lr=1e-4)
 
     # Each step returns its loss as a tensor: reading it as a number would wait for the GPU at every step.
     def step_ours(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,7 @@ import json
 import time
 
 import torch
-from timing import autocast, device_arg, resolve_device, sync
+from timing import autocast, device_arg, resolve_device, sync, training_adamw
 
 from bertzoo.batch import IGNORE_INDEX, Batch
 from bertzoo.convert import config_to_hf, state_to_hf
@@ -104,13 +104,8 @@ def main() -> None:
     hf.train()
     # The modules called in the steps: compiled wrappers share the parameters the optimizers update.
     run_ours, run_hf = (torch.compile(ours), torch.compile(hf)) if args.compile else (ours, hf)
-    opt_kw = {"lr": 1e-4, "weight_decay": 0.01, "eps": 1e-6}
-    if device.type == "cuda":
-        opt_kw["fused"] = True
-    else:
-        opt_kw["foreach"] = True
-    opt_ours = torch.optim.AdamW(ours.parameters(), **opt_kw)
-    opt_hf = torch.optim.AdamW(hf.parameters(), **opt_kw)
+    opts = training_adamw(ours, hf, lr=1e-4, weight_decay=0.01, eps=1e-6)
+    opt_ours, opt_hf = opts["bertzoo"], opts["transformers"]
     batches = [b.to(device) for b in make_batches(4, args.batch, args.seq, cfg.vocab_size)]
 
     def step_ours(b: Batch) -> None:

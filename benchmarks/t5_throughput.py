@@ -27,7 +27,7 @@ import sys
 import tempfile
 
 import torch
-from timing import alternate, autocast, device_arg, resolve_device
+from timing import alternate, autocast, device_arg, resolve_device, training_adamw
 
 from bertzoo.batch import IGNORE_INDEX, Batch
 from bertzoo.precision import autocast_dtype, cpu_capability, resolve_precision
@@ -102,10 +102,7 @@ def main() -> None:
     if loss_diff > 1e-4:
         sys.exit(f"the two models disagree (loss |diff| {loss_diff:.1e} > 1e-4): the comparison would be meaningless")
 
-    opt = {
-        "bertzoo": torch.optim.AdamW(ours.parameters(), lr=1e-4),
-        "transformers": torch.optim.AdamW(ref.parameters(), lr=1e-4),
-    }
+    opt = training_adamw(ours, ref, lr=1e-4)
 
     def step_ours(ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor) -> None:
         with autocast(device, amp):

@@ -1,5 +1,5 @@
 """What the same-process speed benchmarks share: the `--device` option, CUDA synchronisation around timed
-regions, timing two sides in alternating order, and autocast on the device (or none).
+regions, timing two sides in alternating order, autocast on the device (or none), and each side's AdamW.
 
 The scripts run as `python benchmarks/x.py`, so this directory is on `sys.path` and `from timing import ...`
 works; a script that tests load by file path puts its own directory there first.
@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 
 import torch
+from torch import nn
 
 
 def device_arg(ap: argparse.ArgumentParser, default: str = "cpu") -> None:
@@ -53,3 +54,21 @@ def alternate(fns: dict[str, Callable[[], object]], repeats: int, device: torch.
 def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
     """torch.autocast on the device's type at `dtype`, or a no-op context when `dtype` is None (fp32)."""
     return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+
+
+def transformers_trainer_kernel() -> dict[str, bool]:
+    """The AdamW kernel transformers' Trainer picks by default on this torch: `adamw_torch_fused` from torch
+    2.8 (on any device), plain `adamw_torch` before it."""
+    return {"fused": True} if torch.torch_version.TorchVersion(torch.__version__) >= "2.8" else {}
+
+
+def training_adamw(ours: nn.Module, ref: nn.Module, **settings: object) -> dict[str, torch.optim.Optimizer]:
+    """Each side's AdamW as its own training loop builds it on this torch: bertzoo's `adamw` (the fused
+    kernel where it fits, else foreach) and transformers' Trainer default (`transformers_trainer_kernel`);
+    `settings` (lr, weight decay, ...) are the same for both."""
+    from bertzoo.train.optim import adamw
+
+    return {
+        "bertzoo": adamw(ours.parameters(), **settings),
+        "transformers": torch.optim.AdamW(ref.parameters(), **transformers_trainer_kernel(), **settings),
+    }

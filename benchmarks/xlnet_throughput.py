@@ -41,7 +41,7 @@ import torch
 
 if str(Path(__file__).parent) not in sys.path:  # tests load this file by path; timing.py lies beside it
     sys.path.insert(0, str(Path(__file__).parent))
-from timing import autocast, device_arg, resolve_device, sync  # noqa: E402
+from timing import autocast, device_arg, resolve_device, sync, training_adamw  # noqa: E402
 
 from bertzoo.batch import Batch  # noqa: E402
 from bertzoo.data.plm_collate import PermutationLMCollator  # noqa: E402
@@ -49,6 +49,7 @@ from bertzoo.data.tokenizer import SpecialIds  # noqa: E402
 from bertzoo.hub import export_hf  # noqa: E402
 from bertzoo.objectives.recurrent_lm import RecurrentLM  # noqa: E402
 from bertzoo.precision import autocast_dtype, cpu_capability, resolve_precision  # noqa: E402
+from bertzoo.train.optim import adamw  # noqa: E402
 from bertzoo.transfo_xl import TransfoXL  # noqa: E402
 from bertzoo.variants import transfo_xl, xlnet  # noqa: E402
 
@@ -126,10 +127,7 @@ def xlnet_row(args: argparse.Namespace, transformers, device: torch.device, amp:
     if not loss_ok:
         sys.exit(f"the two models disagree (loss |diff| {loss_diff:.1e} > 1e-4): the comparison would be meaningless")
 
-    opt = {
-        "bertzoo": torch.optim.AdamW(ours.parameters(), lr=1e-4),
-        "transformers": torch.optim.AdamW(ref.parameters(), lr=1e-4),
-    }
+    opt = training_adamw(ours, ref, lr=1e-4)
 
     def step(name: str, loss_of: Callable[[Batch], torch.Tensor]) -> Callable[[int], None]:
         def run(i: int) -> None:
@@ -162,7 +160,7 @@ def transfo_xl_row(args: argparse.Namespace, device: torch.device, amp: torch.dt
         "memory": RecurrentLM(model, segment_len=args.segment, memory=True),
         "no_memory": RecurrentLM(model, segment_len=args.segment, memory=False),
     }
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    opt = adamw(model.parameters(), lr=1e-4)
     g = torch.Generator().manual_seed(1)
     shape = (args.warmup + args.steps, args.xl_batch, args.xl_length)
     ids = torch.randint(FIRST_ORDINARY, args.vocab, shape, generator=g).to(device)

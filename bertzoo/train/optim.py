@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +51,7 @@ def build_optimizer(
     model: nn.Module, cfg: TrainConfig, groups: list[dict[str, Any]] | None = None
 ) -> torch.optim.AdamW:
     """AdamW over `groups` (default `param_groups(model, cfg.weight_decay)`; groups may set their own
-    `lr`, e.g. layer-wise decay); the fused kernel where it fits (`fused_adamw_fits`), foreach elsewhere."""
+    `lr`, e.g. layer-wise decay), built by `adamw`."""
     if groups is None:
         groups = param_groups(model, cfg.weight_decay)
     groups = [g for g in groups if g["params"]]
@@ -58,13 +59,22 @@ def build_optimizer(
         raise ConfigError("the model has no trainable parameters; check requires_grad / frozen layers")
     if cfg.lr <= 0:
         raise ConfigError(f"train.lr must be positive, got {cfg.lr}")
-    settings = {"lr": cfg.lr, "betas": (cfg.adam_beta1, cfg.adam_beta2), "eps": cfg.adam_eps}
-    if fused_adamw_fits([p for g in groups for p in g["params"]]):
+    return adamw(
+        groups, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps, weight_decay=cfg.weight_decay
+    )
+
+
+def adamw(params: Iterable[Any], **settings: Any) -> torch.optim.AdamW:
+    """torch's AdamW over `params` (tensors or groups) with `settings`, on the fused kernel where it fits
+    (`fused_adamw_fits`) and the torch build has it, else foreach."""
+    params = list(params)
+    tensors = [t for g in params for t in (g["params"] if isinstance(g, dict) else [g])]
+    if fused_adamw_fits(tensors):
         try:
-            return torch.optim.AdamW(groups, weight_decay=cfg.weight_decay, fused=True, **settings)
+            return torch.optim.AdamW(params, fused=True, **settings)
         except RuntimeError:  # a torch without the fused kernel for this device
             pass
-    return torch.optim.AdamW(groups, weight_decay=cfg.weight_decay, foreach=True, **settings)
+    return torch.optim.AdamW(params, foreach=True, **settings)
 
 
 def fused_adamw_fits(params: list[torch.Tensor]) -> bool:
