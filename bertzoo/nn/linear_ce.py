@@ -37,15 +37,17 @@ def _chunked(hidden, weight, bias, targets, chunk: int, need: tuple[bool, bool, 
         # One row maximum serves the log-sum-exp and the accuracy (an argmax pass cost ~2% of a GPT-mini step).
         top = logits.amax(-1)
         picked = logits.gather(1, t[:, None]).squeeze(1)
-        lse = top + (logits - top[:, None]).exp_().sum(-1).log_()
-        total += (lse - picked).sum()
+        # exp(logits - max), in the logits' own storage: the log-sum-exp's terms, and the softmax once divided
+        # by their sum (one exp pass per chunk, not one here and another for the gradient)
+        e = logits.sub_(top[:, None]).exp_()
+        norm = e.sum(-1)
+        total += (top + norm.log() - picked).sum()
         correct += (picked >= top).sum()  # the target holds the row's largest logit (a tie counts as right)
         if not any(need):
             continue
-        # d(mean loss)/d(logits) = (softmax - one-hot) / n, formed in the logits' own storage
-        g = logits.sub_(lse[:, None]).exp_()
-        g[torch.arange(t.numel(), device=g.device), t] -= 1.0
-        g.div_(n)
+        # d(mean loss)/d(logits) = (softmax - one-hot) / n
+        g = e.div_((norm * n)[:, None])
+        g[torch.arange(t.numel(), device=g.device), t] -= 1.0 / n
         if need_h:
             grad_h[start : start + chunk] = (g.to(weight.dtype) @ weight).to(hidden.dtype)
         if need_w:
