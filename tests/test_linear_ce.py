@@ -51,6 +51,28 @@ def test_the_incoming_gradient_scales_and_a_tied_weight_accumulates() -> None:
     torch.testing.assert_close(h.grad, h2.grad, rtol=1e-5, atol=1e-6)
 
 
+def test_a_graph_kept_for_a_second_backward_gives_the_same_gradients_again() -> None:
+    """The unit-gradient path hands over the gradients formed in the forward: a second backward through the same
+    graph (retain_graph) must find them unchanged, so the weight's gradient doubles exactly."""
+    h, w, b, t = inputs()
+    loss, _ = linear_cross_entropy(h, w, b, t, chunk=8)
+    loss.backward(retain_graph=True)
+    once = w.grad.clone()
+    loss.backward()
+    torch.testing.assert_close(w.grad, 2 * once)
+    h2, w2, b2, _ = inputs()
+    reference(h2, w2, b2, t)[0].backward()
+    torch.testing.assert_close(once, w2.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_no_rows_gives_zero_loss_and_zero_gradients_of_the_right_shapes() -> None:
+    h, w, b, t = inputs()
+    loss, correct = linear_cross_entropy(h[:0], w, b, t[:0])
+    loss.backward()
+    assert loss.item() == 0.0 and int(correct) == 0
+    assert w.grad.shape == w.shape and not w.grad.any() and not b.grad.any()
+
+
 def test_without_gradients_only_the_loss_is_computed() -> None:
     h, w, b, t = inputs()
     with torch.no_grad():

@@ -27,9 +27,10 @@ def _chunked(hidden, weight, bias, targets, chunk: int, need: tuple[bool, bool, 
     n = hidden.size(0)
     need_h, need_w, need_b = need
     grad_h = torch.empty_like(hidden) if need_h else None
-    grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
+    grad_w = None  # the first chunk's product becomes it: a fresh zeroed vocabulary-sized buffer costs page faults
     grad_b = torch.zeros(weight.size(0), dtype=torch.float32, device=weight.device) if need_b else None
     total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+    in_place = hidden.dtype == torch.float32 and not torch.is_autocast_enabled(hidden.device.type)
     correct = torch.zeros((), dtype=torch.long, device=hidden.device)
     for start in range(0, n, chunk):
         h, t = hidden[start : start + chunk], targets[start : start + chunk]
@@ -51,9 +52,15 @@ def _chunked(hidden, weight, bias, targets, chunk: int, need: tuple[bool, bool, 
         if need_h:
             grad_h[start : start + chunk] = (g.to(weight.dtype) @ weight).to(hidden.dtype)
         if need_w:
-            grad_w += (g.t().to(h.dtype) @ h).float()
+            if grad_w is not None and in_place:
+                grad_w.addmm_(g.t(), h)  # accumulated where it lies, no vocabulary-sized temporary
+            else:
+                part = (g.t().to(h.dtype) @ h).float()
+                grad_w = part if grad_w is None else grad_w.add_(part)
         if need_b:
             grad_b += g.sum(0)
+    if need_w and grad_w is None:  # no rows at all
+        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
     return total / max(n, 1), correct, grad_h, grad_w, grad_b
 
 
@@ -69,9 +76,12 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss, _grad_correct):  # noqa: ANN001, ANN205 - autograd's signature
-        # the gradients were formed in the forward pass; the chain rule only scales them
+        # the gradients were formed in the forward pass; the chain rule only scales them. A loss taken as it is
+        # (gradient exactly 1, read without a device sync on the CPU) hands them over unscaled: a vocabulary-sized
+        # product would be a fresh buffer, whose page faults cost more than the multiplication.
+        unit = grad_loss.device.type == "cpu" and bool(grad_loss == 1)
         return (
-            *((g * grad_loss).to(dtype) if need else None
+            *(((g if unit else g * grad_loss).to(dtype) if need else None)
               for g, dtype, need in zip(ctx.saved_tensors, ctx.dtypes, ctx.needs_input_grad[:3], strict=True)),
             None,
             None,
