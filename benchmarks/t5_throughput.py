@@ -69,7 +69,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.preset, args.vocab, args.batch, args.source, args.target = "t5-mini", 8192, 4, 64, 32
-        args.steps, args.gen_batch, args.new, args.repeats = 3, 4, 16, 2
+        args.steps, args.gen_batch, args.new, args.repeats = 6, 4, 16, 3  # enough repetitions for a 2-core VM's spread
     device = resolve_device(args.device)
     try:
         import transformers
