@@ -79,8 +79,8 @@ def adamw(params: Iterable[Any], **settings: Any) -> torch.optim.AdamW:
 
 def fused_adamw_fits(params: list[torch.Tensor]) -> bool:
     """Whether AdamW's fused kernel (one pass over each parameter) serves `params`: plain floating-point
-    tensors all on CUDA or all on the CPU; sharded (DTensor) parameters on the CPU keep foreach. On a
-    2-core CPU the fused step of T5-mini's 9.4M parameters took 11 ms against foreach's 38-54 ms."""
+    tensors all on CUDA or all on the CPU; sharded (DTensor) parameters on the CPU keep foreach. The CPU gains
+    most (docs/performance.md, "The optimizer step")."""
     devices = {p.device.type for p in params}
     if not params or not all(p.is_floating_point() for p in params):
         return False
