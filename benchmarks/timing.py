@@ -66,7 +66,7 @@ def training_adamw(ours: nn.Module, ref: nn.Module, **settings: object) -> dict[
     """Each side's AdamW as its own training loop builds it on this torch: bertzoo's `adamw` (the fused
     kernel where it fits, else foreach) and transformers' Trainer default (`transformers_trainer_kernel`);
     `settings` (lr, weight decay, ...) are the same for both."""
-    from bertzoo.train.optim import adamw
+    from bertzoo.engine.optim import adamw
 
     return {
         "bertzoo": adamw(ours.parameters(), **settings),

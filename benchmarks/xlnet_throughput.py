@@ -44,13 +44,13 @@ if str(Path(__file__).parent) not in sys.path:  # tests load this file by path; 
 from timing import autocast, device_arg, resolve_device, sync, training_adamw  # noqa: E402
 
 from bertzoo.batch import Batch  # noqa: E402
-from bertzoo.data.plm_collate import PermutationLMCollator  # noqa: E402
-from bertzoo.data.tokenizer import SpecialIds  # noqa: E402
+from bertzoo.data.pretraining.collate_plm import PermutationLMCollator  # noqa: E402
+from bertzoo.data.tokens.tokenizer import SpecialIds  # noqa: E402
+from bertzoo.engine.optim import adamw  # noqa: E402
 from bertzoo.hub import export_hf  # noqa: E402
+from bertzoo.models.transfo_xl import TransfoXL  # noqa: E402
 from bertzoo.objectives.recurrent_lm import RecurrentLM  # noqa: E402
 from bertzoo.precision import autocast_dtype, cpu_capability, resolve_precision  # noqa: E402
-from bertzoo.train.optim import adamw  # noqa: E402
-from bertzoo.transfo_xl import TransfoXL  # noqa: E402
 from bertzoo.variants import transfo_xl, xlnet  # noqa: E402
 
 SPECIAL = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)

@@ -6,7 +6,7 @@ from bertzoo import loading  # noqa: F401
 from bertzoo.batch import IGNORE_INDEX, Batch
 from bertzoo.config import MaskingConfig, ModelConfig, PretrainConfig, TrainConfig
 from bertzoo.errors import BertzooError, CheckpointError, ConfigError, DataError
-from bertzoo.model import Encoder, EncoderOutput
+from bertzoo.models.encoder import Encoder, EncoderOutput
 from bertzoo.objectives import MaskedLM, ObjectiveOutput
 
 __version__ = "0.1.0"

@@ -2,7 +2,7 @@
 included; and the interop names users import from here (`from bertzoo.hub import export_hf`).
 
 Loading lives in `bertzoo.loading`, writing files in `bertzoo.io`, Hugging Face names and exporters
-in `bertzoo.hf_keys` / `bertzoo.convert`; this module only combines them (layer 6, above loading).
+in `bertzoo.interop.hf_keys` / `bertzoo.interop.convert`; this module only combines them (above loading).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 
 import bertzoo.io as io
 from bertzoo.config import read_json
-from bertzoo.convert import HF_PROBLEM, HF_TASK_HEADS, export_finetuned_hf, export_hf, find_head, hf_task_of
 from bertzoo.errors import CheckpointError, ConfigError
-from bertzoo.hf_keys import normalise_hf_keys
+from bertzoo.interop.convert import HF_PROBLEM, HF_TASK_HEADS, export_finetuned_hf, export_hf, find_head, hf_task_of
+from bertzoo.interop.hf_keys import normalise_hf_keys
 from bertzoo.loading import (
     FINETUNED,
     PRETRAINING,
@@ -45,7 +45,7 @@ def _copy_tokenizer(src: Path, dst: Path) -> bool:
     """Re-save the tokenizer of `src` into `dst` (HF and bertzoo read the same files); False if none."""
     if not any((src / name).is_file() for name in TOKENIZER_FILES):
         return False
-    from bertzoo.data.tokenizer import Tokenizer
+    from bertzoo.data.tokens.tokenizer import Tokenizer
 
     Tokenizer.load(src).save(dst)
     return True
@@ -55,7 +55,7 @@ def _hf_to_finetuned(src: Path, dst: Path, raw: dict[str, Any], task_name: str) 
     """A Hugging Face sequence or token classifier directory (BertForSequenceClassification,
     DistilBertForTokenClassification, ...) -> a bertzoo fine-tuned model directory."""
     from bertzoo.config import FinetuneConfig, to_plain
-    from bertzoo.data.tokenizer import Tokenizer
+    from bertzoo.data.tokens.tokenizer import Tokenizer
     from bertzoo.tasks import TASKS
 
     if task_name not in TASKS:

@@ -1,7 +1,7 @@
 """Files on disk, one place for each way of writing them: atomic writes of a file or of a whole
 directory, safetensors weights, and the `config.json` + `model.safetensors` pair of a saved model.
 
-Layer 4 (docs/architecture.md): it knows tensors, modules and `ModelConfig`, never a variant, a task or
+It knows tensors, modules and `ModelConfig`, never a variant, a task or
 a training run, so every layer above can save and load through it.
 """
 
@@ -24,10 +24,10 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-import bertzoo.hf_keys as hf_keys
+import bertzoo.interop.hf_keys as hf_keys
 from bertzoo.config import ModelConfig, from_dict, read_json
 from bertzoo.errors import BertzooError, CheckpointError, DataError, DiskFullError, is_disk_full
-from bertzoo.hf_keys import HFFamily
+from bertzoo.interop.hf_keys import HFFamily
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -97,7 +97,7 @@ def write_json(path: str | Path, obj: Any) -> Path:
 
 
 # Test hook: seconds to sleep at the steps of a directory write, so that the SIGKILL test in
-# tests/test_reliability.py reliably lands inside one. Unset in normal use.
+# tests/engine/test_reliability.py reliably lands inside one. Unset in normal use.
 TEST_PAUSE_ENV = "BERTZOO_TEST_SAVE_PAUSE"
 _TMP_PID = re.compile(r"-(\d+)$")
 

@@ -8,7 +8,7 @@ so a mistyped local path is reported as missing instead of being looked up onlin
 
 This module also gives the model classes their `from_pretrained` / `save_pretrained` methods (see
 `_attach_methods`): the classes sit in layers 2-3, which do no file IO, so the methods are attached
-from here, layer 6, and `import bertzoo` imports this module (docs/architecture.md, "Layers").
+from here, above them, and `import bertzoo` imports this module (docs/architecture.md, "Layers").
 """
 
 from __future__ import annotations
@@ -22,11 +22,13 @@ from torch import nn
 
 import bertzoo.io as io
 from bertzoo.config import FinetuneConfig, ModelConfig, from_dict, read_json
-from bertzoo.convert import hf_task_of
-from bertzoo.elmo import Elmo
-from bertzoo.encdec import EncoderDecoder
 from bertzoo.errors import CheckpointError, ConfigError, DataError
-from bertzoo.model import Encoder
+from bertzoo.interop.convert import hf_task_of
+from bertzoo.models.elmo import Elmo
+from bertzoo.models.encdec import EncoderDecoder
+from bertzoo.models.encoder import Encoder
+from bertzoo.models.transfo_xl import TransfoXL
+from bertzoo.models.xlnet import XLNet
 from bertzoo.nn.adapter import adapter_size_from_state, add_adapters
 from bertzoo.objectives.bilm import BidirectionalLM
 from bertzoo.objectives.clm import CausalLM
@@ -36,9 +38,7 @@ from bertzoo.objectives.plm import PermutationLM
 from bertzoo.objectives.recurrent_lm import RecurrentLM
 from bertzoo.objectives.seq2seq_lm import EncoderDecoderLM
 from bertzoo.tasks.base import TaskModel, link_backbone_entities
-from bertzoo.transfo_xl import TransfoXL
 from bertzoo.variants import get_variant, hf_family
-from bertzoo.xlnet import XLNet
 
 HUB_PREFIX = "hf:"
 BUILTIN_PREFIX = "builtin:"
@@ -132,7 +132,7 @@ def kind_of(raw: dict[str, Any], state: dict[str, torch.Tensor], is_hf: bool) ->
         archs = raw.get("architectures") or []
         if archs and archs[0] in hf_family(raw.get("model_type")).pretraining_classes:
             return PRETRAINING  # an LM-head model whose only head tensor is the tied word table (GPT)
-        if hf_task_of(raw) is not None:  # a sequence or token classifier of its family (bertzoo.convert)
+        if hf_task_of(raw) is not None:  # a sequence or token classifier of its family (bertzoo.interop.convert)
             return FINETUNED
     elif isinstance(raw.get("task"), dict):
         return FINETUNED
@@ -216,7 +216,7 @@ def load_encoder_decoder(path: str | Path) -> EncoderDecoderLM:
 
 def _add_saved_adapters(model: EncoderDecoderLM, state: dict[str, torch.Tensor]) -> None:
     """Adapters into both stacks of an encoder-decoder whose saved weights have them (fine-tuned with
-    technique.adapter_size: `bertzoo.techniques.apply_adapters` puts them in the encoder and the decoder)."""
+    technique.adapter_size: `bertzoo.tasks.techniques.apply_adapters` puts them in the encoder and the decoder)."""
     bottleneck = adapter_size_from_state(state)
     if bottleneck:
         add_adapters(model.encoder, bottleneck)
@@ -227,7 +227,7 @@ def load_finetuned(path: str | Path, overrides: dict[str, Any] | None = None):
     """(task, model, tokenizer) from a fine-tuned model directory (`output_dir/model`, `best/`, `final/`
     or a checkpoint). The model is in eval mode. `overrides` update the saved FinetuneConfig (e.g.
     {"data": {"test": "file.csv"}})."""
-    from bertzoo.data.tokenizer import Tokenizer
+    from bertzoo.data.tokens.tokenizer import Tokenizer
     from bertzoo.tasks import get_task, mark_sentence_only
 
     directory = resolve(path)

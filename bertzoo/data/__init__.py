@@ -7,14 +7,14 @@ ds = NspDataset(ShardedCorpus("data/wiki"), tok.special, 128, seed=0)  # example
 collate = PretrainingCollator(tok, MaskingConfig(), seed=0)            # collate.py, masking.py
 """
 
-from bertzoo.data.builtin import BUILTIN_CORPORA, iter_builtin, wiki_records, wiki_split, wiki_topics
-from bertzoo.data.collate import PretrainingCollator, pad_batch
-from bertzoo.data.corpus import ReadStats, clean_text, read_documents, split_sentences
-from bertzoo.data.examples import EpochPlan, NspDataset, build_plan
-from bertzoo.data.masking import SELECTORS, corrupt, mask_tokens, select_tokens
+from bertzoo.data.pretraining.collate_mlm import PretrainingCollator, pad_batch
+from bertzoo.data.pretraining.examples import EpochPlan, NspDataset, build_plan
+from bertzoo.data.pretraining.masking import SELECTORS, corrupt, mask_tokens, select_tokens
 from bertzoo.data.rng import KeyedRNG, integers, uniform
-from bertzoo.data.shards import ShardedCorpus, ShardInfo, is_shard_dir, prepare_shards
-from bertzoo.data.tokenizer import SPECIAL_TOKENS, Encoded, SpecialIds, Tokenizer, train_wordpiece
+from bertzoo.data.text.builtin import BUILTIN_CORPORA, iter_builtin, wiki_records, wiki_split, wiki_topics
+from bertzoo.data.text.corpus import ReadStats, clean_text, read_documents, split_sentences
+from bertzoo.data.tokens.shards import ShardedCorpus, ShardInfo, is_shard_dir, prepare_shards
+from bertzoo.data.tokens.tokenizer import SPECIAL_TOKENS, Encoded, SpecialIds, Tokenizer, train_wordpiece
 
 __all__ = [
     "BUILTIN_CORPORA",

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from bertzoo.batch import IGNORE_INDEX, Batch
-from bertzoo.elmo import Elmo, ElmoOutput
+from bertzoo.models.elmo import Elmo, ElmoOutput
 from bertzoo.objectives.base import ObjectiveOutput
 from bertzoo.objectives.mlm import masked_lm_loss
 

@@ -13,9 +13,9 @@ import torch
 from torch import nn
 
 from bertzoo.batch import IGNORE_INDEX, Batch
-from bertzoo.generation import CausalDecoding, Generates
-from bertzoo.heads import LMHead
-from bertzoo.model import Encoder, EncoderOutput, init_weights
+from bertzoo.models.encoder import Encoder, EncoderOutput, init_weights
+from bertzoo.models.generation import CausalDecoding, Generates
+from bertzoo.models.heads import LMHead
 from bertzoo.objectives.base import ObjectiveOutput
 from bertzoo.objectives.mlm import lm_head_loss, masked_lm_loss
 
@@ -102,7 +102,7 @@ class CausalLM(Generates, nn.Module):
         return self.lm_head(self.encoder(input_ids, attention_mask, pool=False).last_hidden_state)
 
     def decoding(self) -> CausalDecoding:
-        """The model side of `bertzoo.generation.generate` (and of `generate()`, from `Generates`)."""
+        """The model side of `bertzoo.models.generation.generate` (and of `generate()`, from `Generates`)."""
         return CausalDecoding(self.encoder, self.lm_head)
 
     def loss_counts(self, batch: Batch) -> dict[str, int]:

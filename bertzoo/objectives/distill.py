@@ -32,7 +32,7 @@ from torch import nn
 
 from bertzoo.batch import IGNORE_INDEX, Batch
 from bertzoo.errors import ConfigError
-from bertzoo.model import Encoder, EncoderOutput
+from bertzoo.models.encoder import Encoder, EncoderOutput
 from bertzoo.objectives.base import ObjectiveOutput
 from bertzoo.objectives.mlm import MaskedLM, masked_lm_loss
 
@@ -381,7 +381,7 @@ class Distiller(nn.Module):
     # -- files ------------------------------------------------------------------------------------------
 
     def checkpoint_parts(self, weights_file: Path) -> list[tuple[nn.Module, Path]]:
-        """(module, file) pairs the run's files hold (bertzoo.train.weights saves and loads them): the
+        """(module, file) pairs the run's files hold (bertzoo.engine.weights saves and loads them): the
         student's own files, loadable on their own, then W_h beside them when there is one."""
         parts: list[tuple[nn.Module, Path]] = [(self.student, Path(weights_file))]
         if self.projection is not None:

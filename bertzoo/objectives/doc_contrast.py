@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from bertzoo.batch import Batch
-from bertzoo.model import Encoder
+from bertzoo.models.encoder import Encoder
 from bertzoo.nn.masks import halves_mask, masked_mean
 from bertzoo.objectives.base import ObjectiveOutput
 from bertzoo.objectives.mlm import MaskedLM

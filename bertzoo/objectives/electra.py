@@ -38,8 +38,8 @@ from torch import nn
 from bertzoo.batch import IGNORE_INDEX, Batch
 from bertzoo.config import ModelConfig, is_number
 from bertzoo.errors import ConfigError
-from bertzoo.heads import ReplacedTokenDetectionHead
-from bertzoo.model import Encoder, init_weights
+from bertzoo.models.encoder import Encoder, init_weights
+from bertzoo.models.heads import ReplacedTokenDetectionHead
 from bertzoo.nn import activation
 from bertzoo.objectives.base import ObjectiveOutput
 from bertzoo.objectives.mlm import MaskedLM, masked_lm_loss

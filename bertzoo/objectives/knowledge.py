@@ -3,7 +3,7 @@
 dEA predicts, at every position aligned with an entity, which entity it is: p(e | w_i) is a softmax over the
 candidate entities, the distinct entities of the batch (as in the paper's code), of
 transform(w_i) . e, where transform is dense + activation + LayerNorm down to entity_size and e the frozen
-TransE vectors of the input table. The collator (`bertzoo.data.entity_collate`) corrupts the entity input
+TransE vectors of the input table. The collator (`bertzoo.data.pretraining.collate_entities`) corrupts the entity input
 (some alignments replaced by another entity, some hidden); the labels are always the true entities.
 """
 
@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertzoo.batch import IGNORE_INDEX, Batch
-from bertzoo.ernie_thu import ErnieThu, KnowledgeOutput
-from bertzoo.model import init_weights
+from bertzoo.models.encoder import init_weights
+from bertzoo.models.ernie_thu import ErnieThu, KnowledgeOutput
 from bertzoo.nn import activation
 from bertzoo.objectives.base import ObjectiveOutput
 from bertzoo.objectives.mlm import MaskedLM

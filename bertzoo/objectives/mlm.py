@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertzoo.batch import IGNORE_INDEX, Batch
-from bertzoo.heads import LMHead, MaskedLMHead, SentencePairHead
-from bertzoo.model import Encoder, EncoderOutput, init_weights
+from bertzoo.models.encoder import Encoder, EncoderOutput, init_weights
+from bertzoo.models.heads import LMHead, MaskedLMHead, SentencePairHead
 from bertzoo.objectives.base import ObjectiveOutput
 
 

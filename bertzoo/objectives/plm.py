@@ -1,7 +1,7 @@
 """Permutation language modelling (XLNet): predict some tokens of a sequence, each from the tokens before
 it in a random factorisation order, through the query stream.
 
-The collator (`bertzoo.data.plm_collate`) draws the order and the targets and states them as the model's
+The collator (`bertzoo.data.pretraining.collate_plm`) draws the order and the targets and states them as the model's
 inputs: `perm_mask` (batch, seq, seq), 1 = "may not attend", `target_mapping` (batch, num_predict, seq) and
 `labels` (batch, num_predict), IGNORE_INDEX on rows that pad num_predict. The two tensors travel in
 `batch.extra`. The loss is the mean cross-entropy of the query stream's predictions, through an LM head tied
@@ -16,11 +16,11 @@ import torch
 from torch import nn
 
 from bertzoo.batch import IGNORE_INDEX, Batch
-from bertzoo.heads import LMHead
-from bertzoo.model import init_weights
+from bertzoo.models.encoder import init_weights
+from bertzoo.models.heads import LMHead
+from bertzoo.models.xlnet import XLNet, XLNetOutput
 from bertzoo.objectives.base import ObjectiveOutput
 from bertzoo.objectives.mlm import lm_head_loss
-from bertzoo.xlnet import XLNet, XLNetOutput
 
 __all__ = ["PermutationLM", "targets_from_labels"]
 

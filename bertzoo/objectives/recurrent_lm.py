@@ -11,7 +11,7 @@ Why blocks rather than the paper's single stream carried across optimizer steps:
 one example, so batches can be shuffled, split across processes and resumed exactly like every other
 objective's, at the cost of an empty memory at the start of each block (the first segment of a block sees
 only itself, as the first segment of the paper's stream does). Evaluation reads the dev split as long streams
-(`bertzoo.transfo_xl.stream_nll`) with any memory length.
+(`bertzoo.models.transfo_xl.stream_nll`) with any memory length.
 
 `memory=False` is the baseline without recurrence: the same segments, each on its own (a vanilla Transformer
 LM with a context of `segment_len`).
@@ -26,9 +26,9 @@ from torch import nn
 
 from bertzoo.batch import Batch
 from bertzoo.errors import ConfigError
+from bertzoo.models.transfo_xl import TransfoXL
 from bertzoo.objectives.base import ObjectiveOutput
 from bertzoo.objectives.clm import next_token_counts, next_token_output
-from bertzoo.transfo_xl import TransfoXL
 
 __all__ = ["RecurrentLM"]
 

@@ -16,10 +16,10 @@ import torch
 
 from bertzoo.batch import IGNORE_INDEX, Batch
 from bertzoo.config import ModelConfig
-from bertzoo.encdec import EncoderDecoder, Seq2SeqOutput, shift_right
-from bertzoo.generation import EncoderDecoderDecoding, Generates
-from bertzoo.heads import LMHead
-from bertzoo.model import init_weights
+from bertzoo.models.encdec import EncoderDecoder, Seq2SeqOutput, shift_right
+from bertzoo.models.encoder import init_weights
+from bertzoo.models.generation import EncoderDecoderDecoding, Generates
+from bertzoo.models.heads import LMHead
 from bertzoo.objectives.base import ObjectiveOutput
 from bertzoo.objectives.mlm import lm_head_loss
 
@@ -31,7 +31,7 @@ class EncoderDecoderLM(Generates, EncoderDecoder):
     labelled target tokens. The head is tied to the word table (`tie_word_embeddings`, T5 v1.0) or its
     own matrix (T5 v1.1); with `scale_decoder_outputs` the decoder's states are multiplied by
     hidden_size ** -0.5 before it (T5 v1.0, whose tied head would otherwise see states of the
-    embeddings' scale). `generate()` decodes through `bertzoo.generation.EncoderDecoderDecoding`."""
+    embeddings' scale). `generate()` decodes through `bertzoo.models.generation.EncoderDecoderDecoding`."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
@@ -66,7 +66,7 @@ class EncoderDecoderLM(Generates, EncoderDecoder):
         return out
 
     def decoding(self) -> EncoderDecoderDecoding:
-        """The model side of `bertzoo.generation.generate` (and of `generate()`, from `Generates`)."""
+        """The model side of `bertzoo.models.generation.generate` (and of `generate()`, from `Generates`)."""
         return EncoderDecoderDecoding(self, self.lm_logits)
 
     def loss_counts(self, batch: Batch) -> dict[str, int]:

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 
 from bertzoo.batch import IGNORE_INDEX, Batch
-from bertzoo.heads import SpanBoundaryHead
-from bertzoo.model import Encoder, init_weights
+from bertzoo.models.encoder import Encoder, init_weights
+from bertzoo.models.heads import SpanBoundaryHead
 from bertzoo.objectives.base import ObjectiveOutput
 from bertzoo.objectives.mlm import MaskedLM
 

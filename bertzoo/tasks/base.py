@@ -19,9 +19,9 @@ from torch import nn
 
 from bertzoo.batch import IGNORE_INDEX, Batch
 from bertzoo.config import FinetuneConfig, ModelConfig
-from bertzoo.data.mixture import Mixture
+from bertzoo.data.tasks.mixture import Mixture
 from bertzoo.errors import ConfigError
-from bertzoo.heads import LMHead
+from bertzoo.models.heads import LMHead
 from bertzoo.nn.masks import masked_mean
 from bertzoo.nn.scalar_mix import ScalarMix
 from bertzoo.objectives.clm import causal_lm_loss, lm_labels
@@ -91,7 +91,7 @@ class FeatureDataset:
 
     `lengths` (tokens per feature) lets the sampler bucket by length; `example_ids` maps features
     back to raw examples (QA windows: many features per example). `selection` (a multi-task mixture,
-    `bertzoo.data.mixture.Mixture`) picks the features each training epoch draws; None: all of them.
+    `bertzoo.data.tasks.mixture.Mixture`) picks the features each training epoch draws; None: all of them.
     """
 
     def __init__(
@@ -349,7 +349,7 @@ def link_backbone_entities(task: Task, encoder: nn.Module, tokenizer) -> bool:
             stacklevel=2,
         )
         return False
-    from bertzoo.data.entity_link import EntityLinker
+    from bertzoo.knowledge.linking import EntityLinker
 
     link_entities(task, EntityLinker(tokenizer, entity_list))
     return True

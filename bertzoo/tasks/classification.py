@@ -25,8 +25,7 @@ from torch import nn
 from bertzoo.batch import Batch
 from bertzoo.config import FinetuneConfig, TechniqueConfig
 from bertzoo.errors import ConfigError, DataError
-from bertzoo.heads import ClassificationHead
-from bertzoo.metrics import (
+from bertzoo.metrics.classification import (
     accuracy,
     confusion_matrix,
     format_table,
@@ -34,6 +33,7 @@ from bertzoo.metrics import (
     precision_recall_f1,
     regression_metrics,
 )
+from bertzoo.models.heads import ClassificationHead
 from bertzoo.objectives.base import ObjectiveOutput
 from bertzoo.tasks.base import EvalResult, FeatureDataset, Task, TaskModel, batched_logits
 from bertzoo.tasks.common import (

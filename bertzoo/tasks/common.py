@@ -11,10 +11,10 @@ import numpy as np
 import torch
 
 from bertzoo.config import FinetuneConfig
-from bertzoo.data.builtin import BUILTIN_TASKS, BuiltinTask, load_builtin_task
-from bertzoo.data.collate import pad_batch
-from bertzoo.data.corpus import BUILTIN_PREFIX
-from bertzoo.data.readers import Kind, LabelType, read_examples
+from bertzoo.data.pretraining.collate_mlm import pad_batch
+from bertzoo.data.tasks.readers import Kind, LabelType, read_examples
+from bertzoo.data.text.builtin import BUILTIN_TASKS, BuiltinTask, load_builtin_task
+from bertzoo.data.text.corpus import BUILTIN_PREFIX
 from bertzoo.errors import ConfigError, DataError
 
 __all__ = [

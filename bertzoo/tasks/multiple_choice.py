@@ -22,8 +22,8 @@ from torch import nn
 from bertzoo.batch import Batch
 from bertzoo.config import FinetuneConfig, TechniqueConfig
 from bertzoo.errors import ConfigError, DataError
-from bertzoo.heads import ClassificationHead
-from bertzoo.metrics import accuracy
+from bertzoo.metrics.classification import accuracy
+from bertzoo.models.heads import ClassificationHead
 from bertzoo.objectives.base import ObjectiveOutput
 from bertzoo.tasks.base import EvalResult, FeatureDataset, Task, TaskModel, batched_logits
 from bertzoo.tasks.common import (

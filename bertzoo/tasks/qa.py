@@ -27,10 +27,10 @@ from torch import nn
 
 from bertzoo.batch import Batch
 from bertzoo.config import FinetuneConfig
-from bertzoo.data.collate import pad_batch
+from bertzoo.data.pretraining.collate_mlm import pad_batch
 from bertzoo.errors import ConfigError, DataError
-from bertzoo.heads import SpanHead
-from bertzoo.metrics_squad import squad_evaluate
+from bertzoo.metrics.squad import squad_evaluate
+from bertzoo.models.heads import SpanHead
 from bertzoo.objectives.base import ObjectiveOutput
 from bertzoo.tasks.base import EvalResult, FeatureDataset, Task, TaskModel, batched_logits
 

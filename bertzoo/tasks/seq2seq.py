@@ -20,15 +20,15 @@ the model decides how it learns the target:
   fine-tuning rate), the final [SEP] included, with its masked-LM head.
 
 Evaluation and prediction generate from the source (`source </s>` into the encoder, or the prompt
-`[CLS] source [SEP]`) with `bertzoo.generation` (the `generation` section of the config; greedy by
+`[CLS] source [SEP]`) with `bertzoo.models.generation` (the `generation` section of the config; greedy by
 default) until the end token, and score the decoded text with ROUGE, BLEU and exact match
-(`bertzoo.metrics_generation`).
+(`bertzoo.metrics.generation`).
 
 Task prefixes and mixtures (T5's text-to-text multi-task setup): `data.source_prefix` is prepended to
 every source before tokenisation (T5's "summarize: "), for every kind of model; `data.mixture` lists
 several datasets, each with its own `prefix`, fine-tuned as one model. Every example then carries its
 task's name (`task`); each training epoch draws every task's share by T5's examples-proportional
-mixing (`bertzoo.data.mixture`: rates by `data.mixture_limit` and `data.mixture_temperature`, or fixed
+mixing (`bertzoo.data.tasks.mixture`: rates by `data.mixture_limit` and `data.mixture_temperature`, or fixed
 `rate`s), and evaluation scores each task apart (`<task>_rougeL`, ...) and reports the mean over the
 tasks under the plain names (`rougeL`: what picks the best model). Both are saved with the model's
 config, so `bertzoo predict` and `bertzoo evaluate` apply the same prefixes (a mixture model's predict
@@ -58,16 +58,16 @@ from torch import nn
 
 from bertzoo.batch import IGNORE_INDEX, Batch
 from bertzoo.config import FinetuneConfig, GenerationConfig, MixtureTaskConfig, TaskDataConfig, TechniqueConfig
-from bertzoo.data.corpus import BUILTIN_PREFIX
-from bertzoo.data.mixture import Mixture
+from bertzoo.data.pretraining.collate_seq2seq import end_token_id
+from bertzoo.data.pretraining.collate_unilm import PER_LM_SEGMENT_IDS, PER_LM_TYPE_VOCAB
 from bertzoo.data.rng import uniform
-from bertzoo.data.seq2seq_collate import end_token_id
-from bertzoo.data.unilm_collate import PER_LM_SEGMENT_IDS, PER_LM_TYPE_VOCAB
+from bertzoo.data.tasks.mixture import Mixture
+from bertzoo.data.text.corpus import BUILTIN_PREFIX
 from bertzoo.errors import ConfigError, DataError
-from bertzoo.generation import CausalDecoding, EncoderDecoderDecoding, Generates, MaskPredictDecoding, generate
-from bertzoo.heads import LMHead, MaskedLMHead
-from bertzoo.metrics_generation import generation_metrics
-from bertzoo.model import init_weights
+from bertzoo.metrics.generation import generation_metrics
+from bertzoo.models.encoder import init_weights
+from bertzoo.models.generation import CausalDecoding, EncoderDecoderDecoding, Generates, MaskPredictDecoding, generate
+from bertzoo.models.heads import LMHead, MaskedLMHead
 from bertzoo.nn.masks import seq2seq_mask
 from bertzoo.objectives.base import ObjectiveOutput
 from bertzoo.objectives.clm import causal_lm_loss
@@ -167,7 +167,7 @@ def segment_ids(type_vocab_size: int) -> tuple[int, int]:
 
 class Seq2SeqModel(Generates, TaskModel):
     """An encoder with a token-prediction head: the tied next-token `LMHead` on a causal model, the
-    masked-LM head on a bidirectional one. `decoding()` gives what `bertzoo.generation` steps through."""
+    masked-LM head on a bidirectional one. `decoding()` gives what `bertzoo.models.generation` steps through."""
 
     def __init__(self, encoder: nn.Module, lm_weight: float, mask_token_id: int) -> None:
         super().__init__(encoder)
@@ -199,7 +199,7 @@ class Seq2SeqModel(Generates, TaskModel):
             encoder.pooler.requires_grad_(False)  # nothing reads it; DDP must not wait for its gradients
 
     def decoding(self) -> CausalDecoding | MaskPredictDecoding:
-        """The model side of `bertzoo.generation.generate` (and of `generate()`, from `Generates`)."""
+        """The model side of `bertzoo.models.generation.generate` (and of `generate()`, from `Generates`)."""
         if self.causal:
             return CausalDecoding(self.encoder, self.head)
         source, target = self.segments
@@ -264,7 +264,7 @@ class EncoderDecoderTaskModel(Generates, TaskModel):
         return self
 
     def decoding(self) -> EncoderDecoderDecoding:
-        """The model side of `bertzoo.generation.generate` (and of `generate()`, from `Generates`)."""
+        """The model side of `bertzoo.models.generation.generate` (and of `generate()`, from `Generates`)."""
         return self.lm.decoding()
 
     def loss_counts(self, batch: Batch) -> dict[str, int]:

@@ -23,8 +23,8 @@ from torch import nn
 from bertzoo.batch import IGNORE_INDEX, Batch
 from bertzoo.config import FinetuneConfig, TechniqueConfig
 from bertzoo.errors import ConfigError, DataError
-from bertzoo.heads import TokenClassificationHead
-from bertzoo.metrics import accuracy, entity_metrics, format_table, get_entities
+from bertzoo.metrics.classification import accuracy, entity_metrics, format_table, get_entities
+from bertzoo.models.heads import TokenClassificationHead
 from bertzoo.objectives.base import ObjectiveOutput
 from bertzoo.tasks.base import EvalResult, FeatureDataset, Task, TaskModel, batched_logits, output_width
 from bertzoo.tasks.common import (

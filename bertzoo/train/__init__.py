@@ -1,14 +1,14 @@
 """Training: the loop, optimizer and schedules, resumable sampling, crash-safe checkpoints, metrics."""
 
+from bertzoo.engine.checkpoint import load_checkpoint, save_checkpoint
+from bertzoo.engine.logs import MetricsWriter, RunningAverage, plot_metrics
+from bertzoo.engine.loop import Trainer
+from bertzoo.engine.manifest import find_latest_checkpoint, verify_checkpoint
+from bertzoo.engine.optim import build_optimizer, build_scheduler, param_groups
+from bertzoo.engine.sampler import ResumableBatchSampler
+from bertzoo.engine.weights import NonFiniteModelError
 from bertzoo.errors import CheckpointError
 from bertzoo.io import write_atomic
-from bertzoo.train.checkpoint import load_checkpoint, save_checkpoint
-from bertzoo.train.loop import Trainer
-from bertzoo.train.manifest import find_latest_checkpoint, verify_checkpoint
-from bertzoo.train.metrics import MetricsWriter, RunningAverage, plot_metrics
-from bertzoo.train.optim import build_optimizer, build_scheduler, param_groups
-from bertzoo.train.sampler import ResumableBatchSampler
-from bertzoo.train.weights import NonFiniteModelError
 
 __all__ = [
     "CheckpointError",

@@ -3,9 +3,9 @@
 Augmentation runs one masked-LM forward per copy of every example (minutes to hours on a CPU), and the copies
 depend only on the augmenting model, the training examples and the `augment` settings, not on the student, the
 teacher or the training seed. A cache is a directory with `examples.jsonl` (the originals, then their copies,
-as `bertzoo.data.augment.augment_examples` returns them) and `manifest.json` naming the augmenter (sha256 of its
+as `bertzoo.data.tasks.augment.augment_examples` returns them) and `manifest.json` naming the augmenter (sha256 of its
 weights file), the data (sha256 of the examples as canonical JSON) and the settings. It is reused only when all
-match (`bertzoo.train.keyed_cache`); a cache for another augmenter, other data or other settings is an error
+match (`bertzoo.engine.keyed_cache`); a cache for another augmenter, other data or other settings is an error
 naming the fix. A resumed task distillation, a second seed that shares `augment.cache`, and the same data
 trained without the teacher all read the copies back instead of making them again.
 """
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bertzoo.train.keyed_cache import matches, weights_key, write
+from bertzoo.engine.keyed_cache import matches, weights_key, write
 
 EXAMPLES = "examples.jsonl"
 FORMAT = 1

@@ -114,8 +114,8 @@ def _reads_cached_logits(loss: dict[str, float]) -> bool:
 
 def _run_phases(cfg, student, teacher, dataset, collator, tokenizer, *, save_extra, eval_for, cache=None, resume=None):
     """Each phase as one Trainer run on the same student; returns the phase summaries."""
-    from bertzoo.train.loop import Trainer
-    from bertzoo.train.weights import load_weights
+    from bertzoo.engine.loop import Trainer
+    from bertzoo.engine.weights import load_weights
 
     phases = phases_of(cfg)
     temperature = cfg.temperature or TEMPERATURE[cfg.method]
@@ -160,8 +160,8 @@ def _run_phases(cfg, student, teacher, dataset, collator, tokenizer, *, save_ext
 
 
 def _general(cfg: DistillConfig, resume: str | None) -> dict[str, Any]:
-    from bertzoo.data.collate import CausalLMCollator, PretrainingCollator
-    from bertzoo.data.shards import ShardedCorpus
+    from bertzoo.data.pretraining.collate_mlm import CausalLMCollator, PretrainingCollator
+    from bertzoo.data.tokens.shards import ShardedCorpus
     from bertzoo.loading import FINETUNED, load, resolve
     from bertzoo.objectives.mlm import MaskedLM
     from bertzoo.train.finetune import _seeded
@@ -235,11 +235,11 @@ def _general(cfg: DistillConfig, resume: str | None) -> dict[str, Any]:
 
 
 def _task(cfg: DistillConfig, resume: str | None) -> dict[str, Any]:
+    from bertzoo.engine.distributed import main_first
+    from bertzoo.engine.keyed_cache import weights_key
     from bertzoo.loading import load_encoder, load_finetuned, resolve
     from bertzoo.tasks import get_task
-    from bertzoo.train.distributed import main_first
     from bertzoo.train.finetune import SPLITS, _prefixed, _save_extra, _subset, build_model, has_split
-    from bertzoo.train.keyed_cache import weights_key
     from bertzoo.train.students import copy_matching, encoder_from_teacher, random_encoder
     from bertzoo.train.teacher_cache import data_key, open_cache, teacher_logits
 
@@ -351,11 +351,11 @@ def _augmented(
     """The training examples and their `augment.copies` copies each, from the augmentation cache when it holds
     them (`augment.cache`, bertzoo.train.augment_cache); also the report's entry for the cache (None when off).
     Under torchrun rank 0 augments and writes while the others wait, then read."""
-    from bertzoo.data.augment import augment_examples
+    from bertzoo.data.tasks.augment import augment_examples
+    from bertzoo.engine.distributed import main_first
     from bertzoo.loading import load_pretraining, resolve
     from bertzoo.objectives.mlm import MaskedLM
     from bertzoo.train.augment_cache import cached_augmentation
-    from bertzoo.train.distributed import main_first
 
     a = cfg.augment
     settings = {"copies": a.copies, "replace_prob": a.replace_prob, "candidates": a.candidates, "seed": a.seed}
@@ -393,8 +393,8 @@ def _need(value: str, key: str) -> str:
 def _device(train: TrainConfig) -> torch.device:
     """This process's device, with the process group joined under torchrun (the teacher cache is written
     by rank 0 while the others wait, before the Trainer would join it)."""
-    from bertzoo.train.devices import resolve_device
-    from bertzoo.train.distributed import dist_info, init_distributed
+    from bertzoo.engine.devices import resolve_device
+    from bertzoo.engine.distributed import dist_info, init_distributed
 
     device = resolve_device(train.device, dist_info().local_rank)
     init_distributed(device)
@@ -403,7 +403,7 @@ def _device(train: TrainConfig) -> torch.device:
 
 def _check_vocab(teacher: nn.Module, tokenizer, teacher_dir: Path) -> None:
     """The shards' tokenizer must be the teacher's: both models read the same ids."""
-    from bertzoo.data.tokenizer import Tokenizer
+    from bertzoo.data.tokens.tokenizer import Tokenizer
 
     size = encoder_of(teacher).config.vocab_size
     if tokenizer.vocab_size != size:
@@ -423,9 +423,9 @@ def _check_vocab(teacher: nn.Module, tokenizer, teacher_dir: Path) -> None:
 
 
 def _write_student(cfg: DistillConfig, student: nn.Module, save_extra, report: dict[str, Any]) -> None:
+    from bertzoo.engine.distributed import is_main
+    from bertzoo.engine.weights import check_finite
     from bertzoo.io import write_atomic, write_dir_atomic
-    from bertzoo.train.distributed import is_main
-    from bertzoo.train.weights import check_finite
 
     if not is_main():
         return

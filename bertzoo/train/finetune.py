@@ -29,13 +29,13 @@ import torch
 from torch import nn
 
 from bertzoo.config import FinetuneConfig, resolve_batching, to_plain
+from bertzoo.engine.evaluation import BEST_DIR
 from bertzoo.errors import CheckpointError, ConfigError, DataError
 from bertzoo.io import FINETUNE_CONFIG
 from bertzoo.loading import BUILTIN_PREFIX, HUB_PREFIX, load_finetuned
 from bertzoo.loading import resolve as resolve_model_path  # a model spec: path, builtin:NAME or hf:ID
 from bertzoo.tasks import POOLED_TASKS, TASKS, get_task, mark_sentence_only, poolable, resolve_pooling
 from bertzoo.tasks.base import link_backbone_entities
-from bertzoo.train.evaluation import BEST_DIR
 
 MODEL_DIR = "model"
 REPORT = "report.json"
@@ -44,7 +44,7 @@ SPLITS = ("train", "dev", "test")
 
 def load_tokenizer(cfg: FinetuneConfig):
     """The tokenizer of `cfg.tokenizer`, else of the model directory."""
-    from bertzoo.data.tokenizer import Tokenizer
+    from bertzoo.data.tokens.tokenizer import Tokenizer
 
     source = cfg.tokenizer or (str(resolve_model_path(cfg.model)) if cfg.model else "")
     if not source:
@@ -128,7 +128,7 @@ def _seeded(seed: int, fn):
 
 def add_pooler(encoder: nn.Module) -> None:
     """Give an encoder without a pooler a freshly initialised one (and record it in its config)."""
-    from bertzoo.model import Pooler, init_weights
+    from bertzoo.models.encoder import Pooler, init_weights
 
     if encoder.pooler is not None:
         return
@@ -196,7 +196,7 @@ def _save_extra(tokenizer, cfg: FinetuneConfig):
 
 
 def _prefixed(metrics: dict[str, float]) -> dict[str, float]:
-    from bertzoo.train.evaluation import eval_metric_key
+    from bertzoo.engine.evaluation import eval_metric_key
 
     return {eval_metric_key(k): float(v) for k, v in metrics.items()}
 
@@ -204,11 +204,11 @@ def _prefixed(metrics: dict[str, float]) -> dict[str, float]:
 def finetune(cfg: FinetuneConfig, resume: str | None = None) -> dict[str, Any]:
     """Run (or resume) a fine-tuning job; returns the trainer's summary plus dev/test metrics of the
     best model and where the model and report went."""
+    from bertzoo.engine.distributed import dist_info, is_main
+    from bertzoo.engine.loop import Trainer
+    from bertzoo.engine.sampler import examples_per_epoch
     from bertzoo.io import write_atomic, write_dir_atomic
-    from bertzoo.techniques import apply_techniques, layerwise_lr_groups, trainable_summary
-    from bertzoo.train.distributed import dist_info, is_main
-    from bertzoo.train.loop import Trainer
-    from bertzoo.train.sampler import examples_per_epoch
+    from bertzoo.tasks.techniques import apply_techniques, layerwise_lr_groups, trainable_summary
 
     tokenizer = load_tokenizer(cfg)
     encoder = build_encoder(cfg, tokenizer)
@@ -285,7 +285,7 @@ def finetune(cfg: FinetuneConfig, resume: str | None = None) -> dict[str, Any]:
     out = Path(train_cfg.output_dir)
     best = out / BEST_DIR
     if (best / "model.safetensors").is_file():
-        from bertzoo.train.weights import load_weights
+        from bertzoo.engine.weights import load_weights
 
         load_weights(model, best / "model.safetensors")
         summary["model_from"] = "best"
@@ -349,7 +349,7 @@ def _json_default(obj: Any) -> Any:
 def plot_confusion(report: dict[str, Any], png_path: str | Path) -> Path | None:
     """Draw `report["confusion_matrix"]` (rows = gold, columns = predicted) labelled with
     `report["labels"]`; None when the report has no matrix. Never raises for a plotting problem."""
-    from bertzoo.metrics import confusion_matrix_png
+    from bertzoo.metrics.classification import confusion_matrix_png
 
     matrix = report.get("confusion_matrix") if isinstance(report, dict) else None
     if matrix is None or not len(matrix):
@@ -363,7 +363,7 @@ def plot_confusion(report: dict[str, Any], png_path: str | Path) -> Path | None:
 
 
 def _to_device(model: nn.Module, device: str) -> nn.Module:
-    from bertzoo.train.devices import resolve_device
+    from bertzoo.engine.devices import resolve_device
 
     return model.to(resolve_device(device))
 

@@ -62,8 +62,8 @@ def generate_file(
 ) -> int:
     """Generate for every JSONL line of `input_path` into `output_path` (same order, `id` carried over,
     written atomically); returns the number of lines. `generation`: GenerationConfig fields."""
-    from bertzoo.data.collate import pad_batch
-    from bertzoo.data.tokenizer import Tokenizer
+    from bertzoo.data.pretraining.collate_mlm import pad_batch
+    from bertzoo.data.tokens.tokenizer import Tokenizer
     from bertzoo.train.finetune import _to_device, map_jsonl, predict_file
 
     if batch_size < 1:

@@ -30,8 +30,8 @@ def build_pretraining(cfg: PretrainConfig):
     `build(model_config, objective, **cfg.objective_args)` makes the trainable module, and
     `use_tokenizer(module, tokenizer)` fills what it takes from the vocabulary (ELMo's character table).
     """
-    from bertzoo.data.collate import PretrainingCollator
-    from bertzoo.data.shards import ShardedCorpus
+    from bertzoo.data.pretraining.collate_mlm import PretrainingCollator
+    from bertzoo.data.tokens.shards import ShardedCorpus
     from bertzoo.variants import get_variant, scratch_config
 
     if not cfg.data.shards:
@@ -73,7 +73,7 @@ def build_pretraining(cfg: PretrainConfig):
     # so neither count-based start replaces them.
     loaded = getattr(objective, "generator_loaded", False)
     if loaded and (ppmi_start or unigram_start):
-        from bertzoo.train.distributed import is_main
+        from bertzoo.engine.distributed import is_main
 
         skipped = [
             f"{name} skipped"
@@ -103,7 +103,7 @@ def build_pretraining(cfg: PretrainConfig):
         collator = variant.collator(cfg, tokenizer)
     elif cfg.data.masking.strategy != "token":
         # Whole-word, span, phrase or entity masking needs unit boundaries (WordPiece `##` at least).
-        from bertzoo.data.unit_collate import UnitMaskingCollator
+        from bertzoo.data.pretraining.collate_units import UnitMaskingCollator
 
         collator = UnitMaskingCollator(
             tokenizer,
@@ -127,8 +127,8 @@ def build_pretraining(cfg: PretrainConfig):
 def start_local_bias(objective: torch.nn.Module, variant: str) -> None:
     """`relative_bias_init: local`: every relative-position table of `objective` (T5: one per stack) starts with
     half its heads pointed at their nearest neighbours."""
+    from bertzoo.engine.distributed import is_main
     from bertzoo.nn import RelativePositionBias
-    from bertzoo.train.distributed import is_main
 
     tables = [m for m in objective.modules() if isinstance(m, RelativePositionBias)]
     if not tables:
@@ -142,10 +142,10 @@ def start_local_bias(objective: torch.nn.Module, variant: str) -> None:
 
 
 def init_word_vectors(objective: torch.nn.Module, corpus, vocab_size: int, special_ids: np.ndarray, cfg) -> None:
-    """Start every word table of `objective` from PPMI + SVD vectors of the training shards (bertzoo.word_vectors);
-    the same on every process (the SVD is seeded by train.seed)."""
-    from bertzoo.train.distributed import is_main
-    from bertzoo.word_vectors import cooccurrence, load_word_vectors, ppmi, svd_vectors, word_tables
+    """Start every word table of `objective` from PPMI + SVD vectors of the training shards
+    (bertzoo.data.tokens.word_vectors); the same on every process (the SVD is seeded by train.seed)."""
+    from bertzoo.data.tokens.word_vectors import cooccurrence, load_word_vectors, ppmi, svd_vectors, word_tables
+    from bertzoo.engine.distributed import is_main
 
     tables = word_tables(objective)
     if not tables:
@@ -216,7 +216,7 @@ def _objective_name(cfg: PretrainConfig, variant) -> str:
 
 def _examples(cfg: PretrainConfig, corpus, tokenizer):
     """The variant's data recipe (BERT's when it has none) for this run's number of processes."""
-    from bertzoo.train.distributed import dist_info
+    from bertzoo.engine.distributed import dist_info
     from bertzoo.variants import bert, get_variant
 
     make = getattr(get_variant(cfg.variant), "examples", bert.examples)
@@ -231,7 +231,7 @@ def init_mlm_bias(objective: torch.nn.Module, counts: np.ndarray) -> int:
     the input embeddings most of that lands in the embeddings: every rare word is pushed the same way
     (docs/pretraining.md). Starting from the frequencies leaves the embeddings free to learn context.
     """
-    from bertzoo.heads import MaskedLMHead
+    from bertzoo.models.heads import MaskedLMHead
 
     probs = (counts.astype(np.float64) + 1.0) / (counts.sum() + len(counts))
     n = 0
@@ -256,7 +256,7 @@ def unigram_counts(corpus, vocab_size: int, special_ids: np.ndarray) -> np.ndarr
 def fixed_eval_batches(cfg: PretrainConfig, tokenizer, collator, shards: str | None = None) -> list[Batch]:
     """A fixed held-out set: epoch-0 examples of the eval shards (or of `shards`), masked once (same every
     time)."""
-    from bertzoo.data.shards import ShardedCorpus
+    from bertzoo.data.tokens.shards import ShardedCorpus
 
     corpus = ShardedCorpus(shards or cfg.data.eval_shards)
     corpus.check_tokenizer(tokenizer)
@@ -335,9 +335,9 @@ def make_mlm_evaluator(
 def pretrain(cfg: PretrainConfig, resume: str | None = None) -> dict[str, Any]:
     """Run (or resume) a pretraining job; returns the trainer's summary (plus the unigram baseline
     and final held-out metrics when `data.eval_shards` is set)."""
-    from bertzoo.data.shards import ShardedCorpus
+    from bertzoo.data.tokens.shards import ShardedCorpus
+    from bertzoo.engine.loop import Trainer
     from bertzoo.objectives.seq2seq_lm import EncoderDecoderLM
-    from bertzoo.train.loop import Trainer
 
     objective, dataset, collator, tokenizer = build_pretraining(cfg)
     eval_fn, baseline = None, {}
@@ -371,8 +371,8 @@ def pretrain(cfg: PretrainConfig, resume: str | None = None) -> dict[str, Any]:
     summary = trainer.train(resume=resume)
     if baseline:
         summary["baseline"] = baseline
+    from bertzoo.engine.distributed import is_main
     from bertzoo.io import write_atomic
-    from bertzoo.train.distributed import is_main
 
     # A resume of a finished run trains nothing; keep the summary of the run that did the work.
     if is_main() and summary.get("steps_this_session", 1) > 0:

@@ -11,7 +11,7 @@ from torch import nn
 
 from bertzoo.config import ModelConfig, StudentConfig
 from bertzoo.errors import ConfigError
-from bertzoo.model import Encoder
+from bertzoo.models.encoder import Encoder
 from bertzoo.objectives.distill import spread_layers
 
 # A teacher-config field a student taken from its layers cannot change (they shape the copied tensors).

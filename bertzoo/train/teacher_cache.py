@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from bertzoo.batch import Batch
-from bertzoo.train.keyed_cache import matches, write
+from bertzoo.engine.keyed_cache import matches, write
 
 LOGITS = "logits.safetensors"
 FORMAT = 1

@@ -7,7 +7,7 @@ there to reproduce the paper's setting. Entity vectors are renormalised after ev
 
 Every `eval_every` epochs the filtered MRR on (a seeded sample of at most `valid_limit`) validation triples
 decides the best weights; `patience` evaluations without improvement stop the run. The best weights are then
-scored on the whole test split (filtered MRR, MR, Hits@1/3/10, realistic ranks: `metrics_kg.py`).
+scored on the whole test split (filtered MRR, MR, Hits@1/3/10, realistic ranks: `metrics/link_prediction.py`).
 
 Files in `out_dir`: `metrics.jsonl` (one line per epoch: loss, seconds, and valid MRR / Hits@10 when
 evaluated, rewritten atomically each epoch, for plotting), `entity_embeddings.safetensors` and
@@ -25,12 +25,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from bertzoo.data.kg import KnowledgeGraph, save_entity_embeddings
+from bertzoo.engine.progress import say
 from bertzoo.errors import ConfigError, DataError
 from bertzoo.io import write_atomic
-from bertzoo.kg_embedding import TransE, bernoulli_head_probs
-from bertzoo.metrics_kg import filtered_ranks, link_prediction_metrics
-from bertzoo.train.progress import say
+from bertzoo.knowledge.graphs import KnowledgeGraph, save_entity_embeddings
+from bertzoo.knowledge.transe import TransE, bernoulli_head_probs
+from bertzoo.metrics.link_prediction import filtered_ranks, link_prediction_metrics
 
 METRICS_FILE = "metrics.jsonl"
 

@@ -7,7 +7,7 @@ and optionally:
   recipe (default: BERT's, `bert.examples`);
 * `pretraining_model(raw_config, config, state)`: the empty module a pretraining checkpoint loads
   into, when it is not a plain `MaskedLM`;
-* `HF` (a `bertzoo.hf_keys.HFFamily`) and `config_to_hf(config, architectures)`: its Hugging Face
+* `HF` (a `bertzoo.interop.hf_keys.HFFamily`) and `config_to_hf(config, architectures)`: its Hugging Face
   names as data, and the checks of what the Hugging Face class can hold. A family imports the
   Hugging Face `model_type` of its `HF` when `HF.variant` is its own name (SpanBERT exports as BERT).
   A variant with several Hugging Face architectures (GPT: openai-gpt and gpt2) lists them as
@@ -28,7 +28,7 @@ from typing import Any
 
 from bertzoo.config import ModelConfig
 from bertzoo.errors import CheckpointError, ConfigError
-from bertzoo.hf_keys import HFFamily
+from bertzoo.interop.hf_keys import HFFamily
 from bertzoo.variants import (
     albert,
     bert,

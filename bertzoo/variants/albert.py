@@ -6,7 +6,7 @@
   only the attention or only the feed-forward sublayers shared (`share="attention"` / `"ffn"`, the
   paper's ablations).
 * Sentence-order prediction (SOP): two consecutive segments of one document, in order or swapped
-  (`bertzoo.data.examples.SopDataset`), classified from the pooled [CLS] vector by the same
+  (`bertzoo.data.pretraining.examples.SopDataset`), classified from the pooled [CLS] vector by the same
   sentence-pair head and loss as BERT's NSP (`MaskedLM(sentence_task="sop")`).
 * gelu_new (tanh-approximated GELU) and no dropout (ALBERT v2).
 
@@ -21,11 +21,11 @@ from typing import Any
 
 import torch
 
-import bertzoo.hf_keys as hf_keys
+import bertzoo.interop.hf_keys as hf_keys
 from bertzoo.config import ModelConfig, PretrainConfig, preset_config
 from bertzoo.errors import CheckpointError, ConfigError
-from bertzoo.hf_keys import HFFamily
-from bertzoo.model import Encoder
+from bertzoo.interop.hf_keys import HFFamily
+from bertzoo.models.encoder import Encoder
 from bertzoo.objectives.mlm import MaskedLM
 
 # Paper Table 1 (E = 128, feed-forward 4H, heads H/64, all parameters shared), plus two small ones
@@ -78,7 +78,7 @@ def build(config: ModelConfig, objective: str = "mlm+sop") -> MaskedLM:
 def examples(cfg: PretrainConfig, corpus, tokenizer, *, world_size: int = 1):
     """SOP pairs for mlm+sop (the only format that gives SOP labels); any single-segment or
     pair format for plain mlm (DOC-SENTENCES by default)."""
-    from bertzoo.data.examples import pretraining_dataset
+    from bertzoo.data.pretraining.examples import pretraining_dataset
 
     sop = (cfg.objective or DEFAULT_OBJECTIVE) == "mlm+sop"
     fmt = cfg.data.input_format or ("sentence_order" if sop else "doc_sentences")

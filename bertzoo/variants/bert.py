@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import bertzoo.hf_keys as hf_keys
+import bertzoo.interop.hf_keys as hf_keys
 from bertzoo.config import ModelConfig, PretrainConfig, check_objective_args, preset_config
 from bertzoo.errors import ConfigError
-from bertzoo.hf_keys import HFFamily
-from bertzoo.model import Encoder
+from bertzoo.interop.hf_keys import HFFamily
+from bertzoo.models.encoder import Encoder
 from bertzoo.objectives.doc_contrast import HalvesContrastMLM
 from bertzoo.objectives.mlm import MaskedLM
 
@@ -59,7 +59,7 @@ def examples(cfg: PretrainConfig, corpus, tokenizer, *, world_size: int = 1):
     recipe of variants without their own (`bertzoo.train.pretrain`). `world_size` (processes of the
     run) is part of every recipe's signature; only recipes whose examples depend on the optimizer
     step (ERNIE's masking stages) read it."""
-    from bertzoo.data.examples import NspDataset
+    from bertzoo.data.pretraining.examples import NspDataset
 
     if cfg.objective == "mlm+contrast" and cfg.data.nsp:
         raise ConfigError("objective mlm+contrast contrasts the two halves of one text; set data.nsp false")

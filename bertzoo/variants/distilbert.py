@@ -23,12 +23,12 @@ from typing import Any
 import torch
 from torch import nn
 
-import bertzoo.hf_keys as hf_keys
+import bertzoo.interop.hf_keys as hf_keys
 import bertzoo.io as io
 from bertzoo.config import ModelConfig, PretrainConfig, preset_config
 from bertzoo.errors import CheckpointError, ConfigError
-from bertzoo.hf_keys import REQUIRED, HFFamily
-from bertzoo.model import Encoder
+from bertzoo.interop.hf_keys import REQUIRED, HFFamily
+from bertzoo.models.encoder import Encoder
 from bertzoo.nn.adapter import has_adapters
 from bertzoo.objectives.mlm import MaskedLM
 
@@ -73,7 +73,7 @@ def build(config: ModelConfig, objective: str = "mlm", **args: Any) -> MaskedLM:
 
 def examples(cfg: PretrainConfig, corpus, tokenizer, *, world_size: int = 1):
     """FULL-SENTENCES (default) or DOC-SENTENCES examples: one segment of running text, no pairs."""
-    from bertzoo.data.examples import one_of_formats
+    from bertzoo.data.pretraining.examples import one_of_formats
 
     return one_of_formats(cfg, corpus, tokenizer, INPUT_FORMATS, "DistilBERT")
 

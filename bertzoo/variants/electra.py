@@ -31,14 +31,14 @@ import numpy as np
 import torch
 from torch import nn
 
-import bertzoo.hf_keys as hf_keys
+import bertzoo.interop.hf_keys as hf_keys
 import bertzoo.io as io
 import bertzoo.variants.bert as bert
 from bertzoo.batch import Batch
 from bertzoo.config import ModelConfig, check_objective_args, from_dict, is_number, preset_config
 from bertzoo.errors import CheckpointError, ConfigError
-from bertzoo.hf_keys import HFFamily
-from bertzoo.model import Encoder
+from bertzoo.interop.hf_keys import HFFamily
+from bertzoo.models.encoder import Encoder
 from bertzoo.objectives.electra import SAMPLE_UNIFORM, Discriminator, Electra, make_generator
 from bertzoo.objectives.mlm import MaskedLM
 
@@ -259,7 +259,7 @@ class ElectraCollator:
 
 def collator(cfg, tokenizer) -> ElectraCollator:
     """BERT's masking collator (strategy and rates from data.masking) with ELECTRA's sampling noise."""
-    from bertzoo.data.collate import PretrainingCollator
+    from bertzoo.data.pretraining.collate_mlm import PretrainingCollator
 
     base = PretrainingCollator(
         tokenizer,

@@ -1,5 +1,5 @@
 """ELMo (Peters et al. 2018, "Deep contextualized word representations"): a character CNN under forward and
-backward LSTM language models (`bertzoo.elmo.Elmo`), pretrained with the biLM loss
+backward LSTM language models (`bertzoo.models.elmo.Elmo`), pretrained with the biLM loss
 (`bertzoo.objectives.bilm.BidirectionalLM`: the mean of the next-token and previous-token cross-entropies,
 one softmax for both directions).
 
@@ -25,8 +25,8 @@ import torch
 from torch import nn
 
 from bertzoo.config import FinetuneConfig, ModelConfig, PretrainConfig, TechniqueConfig, preset_config
-from bertzoo.elmo import Elmo, char_table
 from bertzoo.errors import ConfigError
+from bertzoo.models.elmo import Elmo, char_table
 from bertzoo.objectives.bilm import BidirectionalLM
 
 # The paper's (and AllenNLP's "original") sizes: 2048 filters, two highway layers, LSTM 4096 -> 512;
@@ -90,7 +90,7 @@ def build(config: ModelConfig, objective: str = DEFAULT_OBJECTIVE, **args: Any) 
 
 
 def use_tokenizer(module: BidirectionalLM | Elmo, tokenizer) -> None:
-    """Spell the run's vocabulary into the model's character table (`bertzoo.elmo.char_table`): of a pretraining
+    """Spell the run's vocabulary into the model's character table (`bertzoo.models.elmo.char_table`): of a pretraining
     module, or of a bare Elmo a fine-tuning run builds from `model_config` (random init)."""
     elmo = module if isinstance(module, Elmo) else module.encoder
     with torch.no_grad():
@@ -109,7 +109,7 @@ def check_finetune(cfg: FinetuneConfig) -> None:
     `technique.feature_layers`. Refused here: seq2seq (it generates through a masked-LM or next-token head
     on a word table, which ELMo has not) and an explicit `technique.lm_weight` (GPT's next-token term; the
     biLM loss is not added to a task). adapter_size, layer_lr_decay and gradual_unfreezing need a
-    TransformerStack and refuse in bertzoo.techniques."""
+    TransformerStack and refuse in bertzoo.tasks.techniques."""
     if cfg.task == "seq2seq":
         raise ConfigError(
             "task=seq2seq generates through a token-prediction head on a word table, which ELMo has not; "
@@ -133,13 +133,13 @@ INPUT_FORMATS = ("full_sentences", "doc_sentences")  # the first is the default
 def examples(cfg: PretrainConfig, corpus, tokenizer, *, world_size: int = 1):
     """Packed blocks of running text up to max_seq_len (GPT's `full_sentences` recipe by default, or
     `doc_sentences`), every corpus token in exactly one block."""
-    from bertzoo.data.examples import one_of_formats
+    from bertzoo.data.pretraining.examples import one_of_formats
 
     return one_of_formats(cfg, corpus, tokenizer, INPUT_FORMATS, "ELMo")
 
 
 def collator(cfg: PretrainConfig, tokenizer):
     """Padding without masking: both LMs' targets are the inputs (`bilm_targets` shifts them each way)."""
-    from bertzoo.data.collate import CausalLMCollator
+    from bertzoo.data.pretraining.collate_mlm import CausalLMCollator
 
     return CausalLMCollator(tokenizer, pad_to_multiple_of=cfg.data.pad_to_multiple_of)

@@ -13,7 +13,7 @@ multi-task pretraining.
   available here are masked-LM tasks with different masking (token, whole_word, phrase, entity,
   span); ERNIE 2.0's sentence- and document-level tasks are not implemented.
 
-Word, phrase and entity boundaries come from the shards' unit flags (`bertzoo.data.annotate`):
+Word, phrase and entity boundaries come from the shards' unit flags (`bertzoo.data.tokens.annotate`):
 `data.lexicon` names the annotation source (`builtin:peoples-daily` gold tags, a `word/TAG` file, a
 lexicon, `jieba`) and is applied (and stored beside the shards) on first use; empty = jieba when
 installed, else characters. The stage of an example is a function of its (epoch, index) and the
@@ -29,12 +29,12 @@ import dataclasses
 import warnings
 from typing import Any
 
-import bertzoo.hf_keys as hf_keys
+import bertzoo.interop.hf_keys as hf_keys
 import bertzoo.variants.bert as bert
 from bertzoo.config import ModelConfig, PretrainConfig, preset_config, resolve_batching
 from bertzoo.errors import ConfigError
-from bertzoo.hf_keys import HFFamily
-from bertzoo.model import Encoder
+from bertzoo.interop.hf_keys import HFFamily
+from bertzoo.models.encoder import Encoder
 from bertzoo.objectives.mlm import MaskedLM
 
 # BERT-base shapes (the released ERNIE 1.0 Chinese model has an 18k vocabulary and 513 positions;
@@ -91,7 +91,7 @@ def model_config(spec: dict[str, Any]) -> ModelConfig:
 def schedule(objective_args: dict[str, Any], default_strategy: str = "token"):
     """The masking schedule: `tasks` (ERNIE 2.0, replayed), else `stages`, else a single stage when
     `data.masking.strategy` is set to something other than token, else `DEFAULT_STAGES`."""
-    from bertzoo.data.unit_collate import Schedule
+    from bertzoo.data.pretraining.collate_units import Schedule
 
     unknown = set(objective_args) - {"stages", "tasks"}
     if unknown:
@@ -128,8 +128,8 @@ def build(
 
 def unit_flags(corpus, annotations: str):
     """The shards' unit flags for `annotations` (data.lexicon), computed and stored on first use."""
-    from bertzoo.data.annotate import AnnotationMismatch, annotate_shards
-    from bertzoo.data.unit_sidecar import load_unit_flags
+    from bertzoo.data.tokens.annotate import AnnotationMismatch, annotate_shards
+    from bertzoo.data.tokens.unit_sidecar import load_unit_flags
 
     flags = load_unit_flags(corpus)
     wanted = annotations or "auto"
@@ -146,7 +146,7 @@ def unit_flags(corpus, annotations: str):
 def examples(cfg: PretrainConfig, corpus, tokenizer, *, world_size: int = 1):
     """Single segments (NSP pairs with objective mlm+nsp) with unit flags and each example's stage,
     which follows the optimizer step: hence the run's `world_size`."""
-    from bertzoo.data.unit_collate import UnitDataset
+    from bertzoo.data.pretraining.collate_units import UnitDataset
 
     nsp = (cfg.objective or DEFAULT_OBJECTIVE) == "mlm+nsp"
     inner = bert.examples(dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, nsp=nsp)), corpus, tokenizer)
@@ -166,7 +166,7 @@ def examples(cfg: PretrainConfig, corpus, tokenizer, *, world_size: int = 1):
 def collator(cfg: PretrainConfig, tokenizer):
     """Unit masking; each example's strategy comes from the schedule (examples without one, such as
     held-out evaluation batches, use `data.masking.strategy`)."""
-    from bertzoo.data.unit_collate import UnitMaskingCollator
+    from bertzoo.data.pretraining.collate_units import UnitMaskingCollator
 
     return UnitMaskingCollator(
         tokenizer,

@@ -1,5 +1,5 @@
 """ERNIE from Tsinghua (Zhang et al. 2019, "ERNIE: Enhanced Language Representation with Informative
-Entities"): BERT whose top layers fuse knowledge-graph entity vectors (`bertzoo.ernie_thu.ErnieThu`), pretrained
+Entities"): BERT whose top layers fuse knowledge-graph entity vectors (`bertzoo.models.ernie_thu.ErnieThu`), pretrained
 with masked LM (+ NSP) and the denoising entity auto-encoder (`bertzoo.objectives.knowledge.KnowledgeLM`).
 
 * Entities: `objective_args.entities` names a `bertzoo kg-embed` directory (TransE vectors of WordNet, ...,
@@ -7,8 +7,8 @@ with masked LM (+ NSP) and the denoising entity auto-encoder (`bertzoo.objective
   a saved checkpoint holds the table in its weights (config.json has num_entities > 0) and the entity list
   beside them (entities.json, the lexicon task text is linked with).
 * Data: BERT's examples (single segments for mlm+dea, NSP pairs for mlm+nsp+dea) with the shards' entity
-  links (`bertzoo.data.entity_link`: each mention's entity at its first token), token masking as BERT's and
-  the dEA corruption of the alignments (`bertzoo.data.entity_collate`): `objective_args.entity_replace`
+  links (`bertzoo.knowledge.linking`: each mention's entity at its first token), token masking as BERT's and
+  the dEA corruption of the alignments (`bertzoo.data.pretraining.collate_entities`): `objective_args.entity_replace`
   (0.05) and `entity_mask` (0.15) of the aligned positions get another entity or none.
 * Fine-tuning: the backbone is an `ErnieThu` (an Encoder subclass); `bertzoo finetune`, `evaluate` and
   `predict` link task batches with the model's own entity list (`bertzoo.tasks.base.link_backbone_entities`:
@@ -29,10 +29,10 @@ from torch import nn
 
 import bertzoo.variants.bert as bert
 from bertzoo.config import ModelConfig, PretrainConfig, preset_config
-from bertzoo.data.entity_collate import ENTITY_MASK, ENTITY_REPLACE, EntityMaskingCollator, check_shares
-from bertzoo.ernie_thu import ErnieThu
+from bertzoo.data.pretraining.collate_entities import ENTITY_MASK, ENTITY_REPLACE, EntityMaskingCollator, check_shares
 from bertzoo.errors import ConfigError
 from bertzoo.io import read_entities
+from bertzoo.models.ernie_thu import ErnieThu
 from bertzoo.objectives.knowledge import KnowledgeLM
 
 # The paper's base model: 6 T-encoder + 6 K-encoder layers of BERT-base, 100-wide TransE entity vectors with 4
@@ -109,7 +109,7 @@ def build(
     sets num_entities; its width must be model.entity_size). The shares are validated here and used by the
     collator. Without `entities` the table is random (config.num_entities rows) or absent (0): a module to load
     weights into, or one that never sees an entity; a pretraining run's data recipe refuses to go without."""
-    from bertzoo.data.kg import load_entity_embeddings
+    from bertzoo.knowledge.graphs import load_entity_embeddings
 
     sentence_task = _sentence_task(objective)
     check_shares(entity_replace, entity_mask)
@@ -160,7 +160,7 @@ def _args(cfg: PretrainConfig) -> dict[str, Any]:
 def examples(cfg: PretrainConfig, corpus, tokenizer, *, world_size: int = 1):
     """BERT's examples (NSP pairs with mlm+nsp+dea, else single segments) with their `entity_ids`: the shards'
     entity links to the KG of objective_args.entities, linked once and stored beside the shards."""
-    from bertzoo.data.entity_link import EntityDataset, entity_sidecar
+    from bertzoo.knowledge.linking import EntityDataset, entity_sidecar
 
     nsp = _sentence_task(cfg.objective or DEFAULT_OBJECTIVE) is not None
     inner = bert.examples(dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, nsp=nsp)), corpus, tokenizer)

@@ -20,12 +20,12 @@ from typing import Any
 import torch
 from torch import nn
 
-import bertzoo.hf_keys as hf_keys
+import bertzoo.interop.hf_keys as hf_keys
 import bertzoo.io as io
 from bertzoo.config import ModelConfig, PretrainConfig, preset_config
 from bertzoo.errors import CheckpointError, ConfigError
-from bertzoo.hf_keys import REQUIRED, HFFamily
-from bertzoo.model import Encoder
+from bertzoo.interop.hf_keys import REQUIRED, HFFamily
+from bertzoo.models.encoder import Encoder
 from bertzoo.nn.adapter import has_adapters
 from bertzoo.objectives.clm import CausalLM
 
@@ -96,14 +96,14 @@ def examples(cfg: PretrainConfig, corpus, tokenizer, *, world_size: int = 1):
     up to max_seq_len, crossing documents with a [SEP] at each document end (RoBERTa's FULL-SENTENCES
     plan, `data.input_format: full_sentences`, the default), or never crossing one (`doc_sentences`).
     Every corpus token is in exactly one block; nothing is masked (`collator`)."""
-    from bertzoo.data.examples import one_of_formats
+    from bertzoo.data.pretraining.examples import one_of_formats
 
     return one_of_formats(cfg, corpus, tokenizer, INPUT_FORMATS, "GPT")
 
 
 def collator(cfg: PretrainConfig, tokenizer):
     """Padding without masking: the targets of a causal LM are its inputs."""
-    from bertzoo.data.collate import CausalLMCollator
+    from bertzoo.data.pretraining.collate_mlm import CausalLMCollator
 
     return CausalLMCollator(tokenizer, pad_to_multiple_of=cfg.data.pad_to_multiple_of)
 

@@ -1,7 +1,7 @@
 """MASS (Song et al. 2019, "MASS: Masked Sequence to Sequence Pre-training for Language Generation"): an
-encoder-decoder (`bertzoo.encdec.EncoderDecoder`) pretrained by masking one contiguous span of a sentence in
+encoder-decoder (`bertzoo.models.encdec.EncoderDecoder`) pretrained by masking one contiguous span of a sentence in
 the encoder and predicting that span, left to right, with the decoder (`bertzoo.objectives.seq2seq_lm.
-EncoderDecoderLM`; the noise is `bertzoo.data.seq2seq_collate.MassCollator`).
+EncoderDecoderLM`; the noise is `bertzoo.data.pretraining.collate_seq2seq.MassCollator`).
 
 The model is the paper's Transformer in BERT's parts (its code is XLM's): post-norm LayerNorm layers with
 biases and GELU, learned absolute positions and an embedding LayerNorm, one word and position table for
@@ -90,14 +90,14 @@ def build(config: ModelConfig, objective: str = DEFAULT_OBJECTIVE, **args: Any) 
 
 def examples(cfg: Any, corpus: Any, tokenizer: Any, *, world_size: int = 1) -> Any:
     """Packed blocks of running text up to data.max_seq_len (`full_sentences`, or `doc_sentences`)."""
-    from bertzoo.data.examples import one_of_formats
+    from bertzoo.data.pretraining.examples import one_of_formats
 
     return one_of_formats(cfg, corpus, tokenizer, INPUT_FORMATS, "MASS")
 
 
 def collator(cfg: Any, tokenizer: Any) -> Any:
     """MASS's noise with objective_args as its arguments (k, replace_mask, replace_random)."""
-    from bertzoo.data.seq2seq_collate import seq2seq_collator
+    from bertzoo.data.pretraining.collate_seq2seq import seq2seq_collator
 
     return seq2seq_collator(
         "mass", tokenizer, cfg.train.seed, pad_to_multiple_of=cfg.data.pad_to_multiple_of, **cfg.objective_args

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import bertzoo.hf_keys as hf_keys
+import bertzoo.interop.hf_keys as hf_keys
 from bertzoo.config import ModelConfig, PretrainConfig, preset_config
 from bertzoo.errors import CheckpointError, ConfigError
-from bertzoo.hf_keys import HFFamily
-from bertzoo.model import Encoder
+from bertzoo.interop.hf_keys import HFFamily
+from bertzoo.models.encoder import Encoder
 from bertzoo.objectives.mlm import MaskedLM
 from bertzoo.variants.bert import BERT_ENCODER_KEYS, BERT_QKV
 
@@ -67,8 +67,8 @@ def build(config: ModelConfig, objective: str = "mlm") -> MaskedLM:
 
 def examples(cfg: PretrainConfig, corpus, tokenizer, *, world_size: int = 1):
     """FULL-SENTENCES (default) or DOC-SENTENCES examples; `data.tokens_per_batch` > 0 groups them
-    into token-budget batches (see bertzoo.data.token_batches)."""
-    from bertzoo.data.examples import one_of_formats
+    into token-budget batches (see bertzoo.data.pretraining.token_batches)."""
+    from bertzoo.data.pretraining.examples import one_of_formats
 
     return one_of_formats(cfg, corpus, tokenizer, INPUT_FORMATS, "RoBERTa")
 

@@ -2,7 +2,7 @@
 
 * Masking: contiguous spans of whole words, lengths from a geometric distribution (p =
   `data.masking.span_p` = 0.2, truncated at `data.masking.max_span` = 10 words; mean 3.8), until
-  15% of the tokens are selected; one 80/10/10 decision per span (`bertzoo.data.masking.select_spans`).
+  15% of the tokens are selected; one 80/10/10 decision per span (`bertzoo.data.pretraining.masking.select_spans`).
   `data.masking.strategy` left at "token" means span masking here; set whole_word, phrase, entity or
   span explicitly to change it (the paper's ablations).
 * Objective "mlm+sbo" (default): MLM plus the span boundary objective; "mlm" drops SBO.
@@ -23,7 +23,7 @@ import torch
 import bertzoo.variants.bert as bert
 from bertzoo.config import ModelConfig, PretrainConfig, is_number, preset_config
 from bertzoo.errors import ConfigError
-from bertzoo.model import Encoder
+from bertzoo.models.encoder import Encoder
 from bertzoo.objectives.span import SpanBoundaryLM
 
 # BERT's sizes: the paper trains base and large; the small ones are for experiments on a laptop.
@@ -82,9 +82,9 @@ def masking_strategy(cfg: PretrainConfig) -> str:
 
 def examples(cfg: PretrainConfig, corpus, tokenizer, *, world_size: int = 1):
     """Single contiguous segments (no NSP); with the shards' unit flags when they have a sidecar
-    (`bertzoo.data.unit_sidecar`: Chinese words), else WordPiece words are derived in the collator."""
-    from bertzoo.data.unit_collate import UnitDataset
-    from bertzoo.data.unit_sidecar import load_unit_flags
+    (`bertzoo.data.tokens.unit_sidecar`: Chinese words), else WordPiece words are derived in the collator."""
+    from bertzoo.data.pretraining.collate_units import UnitDataset
+    from bertzoo.data.tokens.unit_sidecar import load_unit_flags
 
     dataset = bert.examples(dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, nsp=False)), corpus, tokenizer)
     flags = load_unit_flags(corpus)
@@ -93,7 +93,7 @@ def examples(cfg: PretrainConfig, corpus, tokenizer, *, world_size: int = 1):
 
 def collator(cfg: PretrainConfig, tokenizer):
     """Span masking over whole words, with the span boundaries the SBO reads."""
-    from bertzoo.data.unit_collate import UnitMaskingCollator
+    from bertzoo.data.pretraining.collate_units import UnitMaskingCollator
 
     return UnitMaskingCollator(
         tokenizer,

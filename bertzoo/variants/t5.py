@@ -1,5 +1,5 @@
 """T5 (Raffel et al. 2020, "Exploring the Limits of Transfer Learning with a Unified Text-to-Text
-Transformer"): an encoder-decoder (`bertzoo.encdec.EncoderDecoder`) trained as a sequence-to-sequence LM
+Transformer"): an encoder-decoder (`bertzoo.models.encdec.EncoderDecoder`) trained as a sequence-to-sequence LM
 (`bertzoo.objectives.seq2seq_lm.EncoderDecoderLM`).
 
 Built from the shared parts with T5's options: pre-norm layers with a final norm per stack, the norm
@@ -11,7 +11,7 @@ is ReLU (T5 v1.0, `feed_forward_proj="relu"`) or GEGLU with tanh-GELU (v1.1, `"g
 table serves encoder and decoder; the LM head is tied to it and reads the decoder's output times
 d_model ** -0.5 (v1.0), or is its own matrix without the scaling (v1.1). The decoder starts from the pad
 id 0; sentinels `<extra_id_i>` count down from the end of the vocabulary (`<extra_id_0>` = vocab_size - 1,
-`bertzoo.data.seq2seq_collate`). The word table has no padding row: id 0 is the decoder's start token,
+`bertzoo.data.pretraining.collate_seq2seq`). The word table has no padding row: id 0 is the decoder's start token,
 which must learn.
 
 `initializer_range` is transformers' `initializer_factor` here (1.0): T5 initialises each matrix with a
@@ -34,13 +34,13 @@ from typing import Any
 import torch
 from torch import nn
 
-import bertzoo.hf_keys as hf_keys
+import bertzoo.interop.hf_keys as hf_keys
 import bertzoo.io as io
 from bertzoo.config import ModelConfig, preset_config
-from bertzoo.encdec import EncoderDecoder
 from bertzoo.errors import CheckpointError, ConfigError
-from bertzoo.hf_keys import REQUIRED, HFFamily, TensorMap
-from bertzoo.model import Encoder
+from bertzoo.interop.hf_keys import REQUIRED, HFFamily, TensorMap
+from bertzoo.models.encdec import EncoderDecoder
+from bertzoo.models.encoder import Encoder
 from bertzoo.nn import CrossAttention, FeedForward, RelativePositionBias, RMSNorm, SelfAttention
 from bertzoo.nn.adapter import has_adapters
 from bertzoo.objectives.seq2seq_lm import EncoderDecoderLM
@@ -99,7 +99,7 @@ DEFAULTS: dict[str, Any] = {
 PAD_ID = 0
 
 # The model is the same for every T5 pretraining objective; the name picks the data recipe
-# (`bertzoo.data.seq2seq_collate.OBJECTIVES`), and objective_args are that collator's arguments.
+# (`bertzoo.data.pretraining.collate_seq2seq.OBJECTIVES`), and objective_args are that collator's arguments.
 OBJECTIVES = ("span_corruption", "prefix_lm", "deshuffle", "iid_mask")
 DEFAULT_OBJECTIVE = "span_corruption"
 # T5's vocabulary ends in 100 sentinels; a run appends them to the shards' tokenizer (`run_tokenizer`).
@@ -167,7 +167,7 @@ def run_tokenizer(cfg: Any, tokenizer: Any) -> Any:
     """The shards' tokenizer with T5's sentinels `<extra_id_{n-1}>` .. `<extra_id_0>` appended, so
     `<extra_id_0>` is the last id (T5's layout), whatever the objective: one vocabulary for every T5
     objective and for fine-tuning. The run saves this tokenizer with the model."""
-    from bertzoo.data.seq2seq_collate import SENTINEL_TOKEN
+    from bertzoo.data.pretraining.collate_seq2seq import SENTINEL_TOKEN
 
     n = num_sentinels(cfg)
     return tokenizer.with_special_tokens([SENTINEL_TOKEN.format(i) for i in reversed(range(n))])
@@ -181,15 +181,15 @@ def model_defaults(tokenizer: Any) -> dict[str, Any]:
 def examples(cfg: Any, corpus: Any, tokenizer: Any, *, world_size: int = 1) -> Any:
     """Packed blocks of running text up to data.max_seq_len tokens (GPT's `full_sentences` recipe by
     default, or `doc_sentences`): T5 packs C4 text into fixed-length examples before noising them."""
-    from bertzoo.data.examples import one_of_formats
+    from bertzoo.data.pretraining.examples import one_of_formats
 
     return one_of_formats(cfg, corpus, tokenizer, INPUT_FORMATS, "T5")
 
 
 def collator(cfg: Any, tokenizer: Any) -> Any:
-    """The objective's noise (`bertzoo.data.seq2seq_collate`) with objective_args as its arguments; the
+    """The objective's noise (`bertzoo.data.pretraining.collate_seq2seq`) with objective_args as its arguments; the
     blocks' [CLS]/[SEP] are dropped and each input and target ends with `end_token_id`."""
-    from bertzoo.data.seq2seq_collate import end_token_id, seq2seq_collator
+    from bertzoo.data.pretraining.collate_seq2seq import end_token_id, seq2seq_collator
 
     objective = cfg.objective or DEFAULT_OBJECTIVE
     args = dict(cfg.objective_args)

@@ -1,4 +1,4 @@
-"""Transformer-XL (Dai et al. 2019): relative attention with segment-level recurrence (`bertzoo.transfo_xl`),
+"""Transformer-XL (Dai et al. 2019): relative attention with segment-level recurrence (`bertzoo.models.transfo_xl`),
 pretrained as a causal LM read in segments that carry memory (`bertzoo.objectives.recurrent_lm`).
 
 Data: GPT's packed blocks of contiguous text (`data.input_format: full_sentences`, the default); a block of
@@ -7,7 +7,7 @@ trains the same model without recurrence (the baseline of the paper's ablations)
 
 Hugging Face: transformers removed Transformer-XL in 5.0; `config_to_hf` / `config_from_hf` /
 `state_dict_to_hf` / `state_dict_from_hf` translate to and from the 4.x `TransfoXLLMHeadModel` (tested
-against 4.57 in its own environment, tests/test_transfo_xl_hf.py), for the layout this model holds: one
+against 4.57 in its own environment, tests/interop/test_transfo_xl_hf.py), for the layout this model holds: one
 plain softmax (no adaptive cutoffs), embeddings as wide as the model, post-norm or `pre_lnorm`, attention
 type 0, no same_length. Anything else is refused in one line.
 """
@@ -21,8 +21,8 @@ from torch import nn
 
 from bertzoo.config import ModelConfig, PretrainConfig, preset_config
 from bertzoo.errors import CheckpointError, ConfigError
+from bertzoo.models.transfo_xl import TransfoXL
 from bertzoo.objectives.recurrent_lm import RecurrentLM
-from bertzoo.transfo_xl import TransfoXL
 
 # tiny for tests, mini for a CPU; base and large are the paper's WikiText-103 sizes (their adaptive softmax and
 # embeddings are left out: one plain softmax over the tokenizer's vocabulary).
@@ -114,14 +114,14 @@ INPUT_FORMATS = ("full_sentences", "doc_sentences")  # the first is the default
 
 def examples(cfg: PretrainConfig, corpus, tokenizer, *, world_size: int = 1):
     """Packed blocks of running text up to max_seq_len (GPT's `full_sentences` recipe by default)."""
-    from bertzoo.data.examples import one_of_formats
+    from bertzoo.data.pretraining.examples import one_of_formats
 
     return one_of_formats(cfg, corpus, tokenizer, INPUT_FORMATS, "Transformer-XL")
 
 
 def collator(cfg: PretrainConfig, tokenizer):
     """Padding without masking: the targets of a causal LM are its inputs."""
-    from bertzoo.data.collate import CausalLMCollator
+    from bertzoo.data.pretraining.collate_mlm import CausalLMCollator
 
     return CausalLMCollator(tokenizer, pad_to_multiple_of=cfg.data.pad_to_multiple_of)
 

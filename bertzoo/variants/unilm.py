@@ -1,7 +1,7 @@
 """UniLM (Dong et al. 2019, "Unified Language Model Pre-training for Natural Language Understanding and
 Generation"): BERT's encoder trained as a masked LM under four self-attention masks, mixed per batch.
 
-The data recipe is `bertzoo.data.unilm_collate` (masks, shares, n-gram masking, segment ids): each
+The data recipe is `bertzoo.data.pretraining.collate_unilm` (masks, shares, n-gram masking, segment ids): each
 example is a pair of consecutive segments of one document and draws its LM type (bidirectional 1/3,
 left-to-right 1/6, right-to-left 1/6, sequence-to-sequence 1/3) from (seed, epoch, index). The
 objective is `MaskedLM` without a sentence-pair task; it attends by the batch's per-example pattern.
@@ -28,7 +28,7 @@ from typing import Any
 import bertzoo.variants.bert as bert
 from bertzoo.config import ModelConfig, PretrainConfig, check_objective_args, preset_config
 from bertzoo.errors import ConfigError
-from bertzoo.model import Encoder
+from bertzoo.models.encoder import Encoder
 from bertzoo.objectives.mlm import MaskedLM
 
 # BERT's sizes. The paper's UniLM is BERT-large; base and the small ones are for smaller budgets.
@@ -38,7 +38,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "unilm-base": {"num_layers": 12, "hidden_size": 768, "num_heads": 12, "intermediate_size": 3072},
     "unilm-large": {"num_layers": 24, "hidden_size": 1024, "num_heads": 16, "intermediate_size": 4096},
 }
-# Six segment rows: the ids of segments="per_lm" (bertzoo.data.unilm_collate.PER_LM_SEGMENT_IDS).
+# Six segment rows: the ids of segments="per_lm" (bertzoo.data.pretraining.collate_unilm.PER_LM_SEGMENT_IDS).
 DEFAULTS: dict[str, Any] = {"type_vocab_size": 6}
 
 OBJECTIVES = ("mlm",)
@@ -53,7 +53,7 @@ def model_config(spec: dict[str, Any]) -> ModelConfig:
 
 def options(args: dict[str, Any]) -> dict[str, Any]:
     """The collator's keyword arguments from `objective_args`, checked (one-line ConfigError)."""
-    from bertzoo.data.unilm_collate import SEGMENTS, check_ngrams, check_shares
+    from bertzoo.data.pretraining.collate_unilm import SEGMENTS, check_ngrams, check_shares
 
     check_objective_args(args, OBJECTIVE_ARGS, "UniLM")
     segments = args.get("segments", "per_lm")
@@ -87,7 +87,7 @@ def examples(cfg: PretrainConfig, corpus, tokenizer, *, world_size: int = 1):
     """Pairs of consecutive segments of one document, never swapped: the source and target of the
     seq2seq LM, one text for the unidirectional ones (ALBERT's plan with swap probability 0: unlike
     BERT's NSP plan, it never pairs a segment with another document's)."""
-    from bertzoo.data.examples import SopDataset
+    from bertzoo.data.pretraining.examples import SopDataset
 
     if cfg.data.input_format:
         raise ConfigError(
@@ -105,7 +105,7 @@ def examples(cfg: PretrainConfig, corpus, tokenizer, *, world_size: int = 1):
 
 def collator(cfg: PretrainConfig, tokenizer):
     """`UniLMCollator` with the run's masking and `objective_args`."""
-    from bertzoo.data.unilm_collate import UniLMCollator
+    from bertzoo.data.pretraining.collate_unilm import UniLMCollator
 
     return UniLMCollator(
         tokenizer,

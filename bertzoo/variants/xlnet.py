@@ -1,7 +1,7 @@
 """XLNet (Yang et al. 2019, "XLNet: Generalized Autoregressive Pretraining for Language Understanding"):
-two-stream relative attention with Transformer-XL memory (`bertzoo.xlnet.XLNet`), pretrained as a
+two-stream relative attention with Transformer-XL memory (`bertzoo.models.xlnet.XLNet`), pretrained as a
 permutation LM (`bertzoo.objectives.plm.PermutationLM`) on span-based partial-prediction targets
-(`bertzoo.data.plm_collate`).
+(`bertzoo.data.pretraining.collate_plm`).
 
 Built from the shared parts: the word table of `Embeddings` (no absolute positions, no segment table, no
 norm), post-norm layers with the shared `FeedForward` and LayerNorm, relative position scores from
@@ -23,13 +23,13 @@ from typing import Any
 import torch
 from torch import nn
 
-import bertzoo.hf_keys as hf_keys
+import bertzoo.interop.hf_keys as hf_keys
 import bertzoo.io as io
 from bertzoo.config import ModelConfig, PretrainConfig, preset_config
 from bertzoo.errors import CheckpointError, ConfigError
-from bertzoo.hf_keys import HFFamily, TensorMap
+from bertzoo.interop.hf_keys import HFFamily, TensorMap
+from bertzoo.models.xlnet import XLNet, layout_problems
 from bertzoo.objectives.plm import PermutationLM
-from bertzoo.xlnet import XLNet, layout_problems
 
 # The paper's base and large (vocabulary of its 32,000 SentencePiece pieces; pretraining sets vocab_size
 # from the tokenizer); mini is CPU-sized, tiny for tests.
@@ -93,12 +93,12 @@ def examples(cfg: PretrainConfig, corpus, tokenizer, *, world_size: int = 1):
     `doc_sentences`); the collator draws the factorisation order and the targets. A unit-level PLM
     (`objective_args.unit`) reads blocks of one document with the shards' unit flags (ERNIE's: words,
     phrases, entities from `data.lexicon`)."""
-    from bertzoo.data.examples import one_of_formats
+    from bertzoo.data.pretraining.examples import one_of_formats
 
     unit = cfg.objective_args.get("unit", "token")
     if unit == "token":
         return one_of_formats(cfg, corpus, tokenizer, INPUT_FORMATS, "XLNet")
-    from bertzoo.data.unit_collate import UnitDataset
+    from bertzoo.data.pretraining.collate_units import UnitDataset
     from bertzoo.variants.ernie import unit_flags
 
     if (cfg.data.input_format or INPUT_FORMATS[0]) != "doc_sentences" or cfg.data.tokens_per_batch:
@@ -111,8 +111,8 @@ def examples(cfg: PretrainConfig, corpus, tokenizer, *, world_size: int = 1):
 
 
 def collator(cfg: PretrainConfig, tokenizer):
-    """Permutation-LM targets (`bertzoo.data.plm_collate`), objective_args as its options."""
-    from bertzoo.data.plm_collate import PermutationLMCollator
+    """Permutation-LM targets (`bertzoo.data.pretraining.collate_plm`), objective_args as its options."""
+    from bertzoo.data.pretraining.collate_plm import PermutationLMCollator
 
     return PermutationLMCollator(
         tokenizer, seed=cfg.train.seed, pad_to_multiple_of=cfg.data.pad_to_multiple_of, **cfg.objective_args

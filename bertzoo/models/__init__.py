@@ -1,0 +1,1 @@
+"""bertzoo/models."""
