@@ -44,6 +44,7 @@ from bertzoo.config import load_finetune_config, load_pretrain_config
 from bertzoo.data.text.corpus import read_documents
 from bertzoo.data.tokens.shards import prepare_shards
 from bertzoo.data.tokens.tokenizer import Tokenizer, train_bpe, train_unigram, train_wordpiece
+from bertzoo.models.encoder import Encoder
 from bertzoo.precision import cpu_capability
 from bertzoo.train.finetune import finetune
 from bertzoo.train.pretrain import pretrain
@@ -109,7 +110,7 @@ def random_arm(name: str, shards: dict[str, Path]) -> str:
     # The same backbone: bertzoo's Encoder (no family class of its own) built from equal fields, the family aside.
     same = (
         own["tokenizer"] == base["tokenizer"]
-        and getattr(own_variant, "encoder_model", None) is None
+        and own_variant.encoder_class is Encoder
         and dataclasses.replace(own_config, variant=base_config.variant) == base_config
     )
     return RANDOM_INIT if same else f"{RANDOM_INIT}-{name}"

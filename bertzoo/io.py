@@ -25,14 +25,13 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 import bertzoo.interop.hf_keys as hf_keys
-from bertzoo.config import ModelConfig, from_dict, read_json
+from bertzoo.config import FORMAT_VERSION, ModelConfig, from_dict, read_json, saved_fields
 from bertzoo.errors import BertzooError, CheckpointError, DataError, DiskFullError, is_disk_full
 from bertzoo.interop.hf_keys import HFFamily
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
 FINETUNE_CONFIG = "finetune_config.json"  # the FinetuneConfig a fine-tuned model directory was trained with
-FORMAT_VERSION = 1
 # A `bertzoo kg-embed` directory's entity list (ids in table order, the graph's name), which an ERNIE-THU
 # model also keeps beside its weights: the linker's lexicon comes from it.
 ENTITIES_FILE = "entities.json"
@@ -364,16 +363,17 @@ def load_side_data(module: nn.Module, directory: str | Path) -> None:
 
 
 def read_config(
-    directory: str | Path, family_of: Callable[[Any], HFFamily]
+    directory: str | Path, family_of: Callable[[Any], HFFamily], config_class: Callable[[Any], type[ModelConfig]]
 ) -> tuple[dict[str, Any], ModelConfig, HFFamily | None]:
-    """(raw config.json, ModelConfig, Hugging Face family or None for a bertzoo directory).
-    `family_of(model_type)` names the family of a Hugging Face config (or raises)."""
+    """(raw config.json, its config, Hugging Face family or None for a bertzoo directory).
+    `family_of(model_type)` names the family of a Hugging Face config (or raises); `config_class(variant)` is
+    the config class of a family's models."""
     raw = read_json(Path(directory) / CONFIG)
     if hf_keys.is_hf_config(raw):
         family = family_of(raw.get("model_type"))
-        return raw, hf_keys.config_from_hf(raw, family), family
-    fields = {k: v for k, v in raw.items() if k in ModelConfig.__dataclass_fields__}
-    return raw, from_dict(ModelConfig, fields, "model"), None
+        return raw, hf_keys.config_from_hf(raw, family, config_class(family.variant)), family
+    cls = config_class(raw.get("variant", "bert"))
+    return raw, from_dict(cls, saved_fields(cls, raw), "model"), None
 
 
 _WORD = "embeddings.word.weight"
@@ -405,14 +405,14 @@ def check_fits(config: ModelConfig, state: dict[str, torch.Tensor], source: str)
 
 
 def read_checkpoint(
-    directory: str | Path, family_of: Callable[[Any], HFFamily]
+    directory: str | Path, family_of: Callable[[Any], HFFamily], config_class: Callable[[Any], type[ModelConfig]]
 ) -> tuple[dict[str, Any], ModelConfig, dict[str, torch.Tensor], bool]:
     """(raw config, ModelConfig, state with bertzoo keys, whether it was a Hugging Face directory).
 
     Hugging Face tensors are renamed by their family (task heads of other architectures are not
     part of the encoder: they are listed in raw["_unused_hf_keys"]); a bare encoder saved without
     prefixes gets the `encoder.` prefix every pretraining module uses."""
-    raw, config, family = read_config(directory, family_of)
+    raw, config, family = read_config(directory, family_of, config_class)
     state = read_weights(directory)
     if family is not None:
         state, unused = hf_keys.state_from_hf(state, config, family)

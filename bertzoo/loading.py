@@ -24,21 +24,12 @@ import bertzoo.io as io
 from bertzoo.config import FinetuneConfig, ModelConfig, from_dict, read_json
 from bertzoo.errors import CheckpointError, ConfigError, DataError
 from bertzoo.interop.convert import hf_task_of
-from bertzoo.models.elmo import Elmo
-from bertzoo.models.encdec import EncoderDecoder
 from bertzoo.models.encoder import Encoder
-from bertzoo.models.transfo_xl import TransfoXL
-from bertzoo.models.xlnet import XLNet
 from bertzoo.nn.adapter import adapter_size_from_state, add_adapters
-from bertzoo.objectives.bilm import BidirectionalLM
-from bertzoo.objectives.clm import CausalLM
-from bertzoo.objectives.electra import Electra
 from bertzoo.objectives.mlm import MaskedLM
-from bertzoo.objectives.plm import PermutationLM
-from bertzoo.objectives.recurrent_lm import RecurrentLM
 from bertzoo.objectives.seq2seq_lm import EncoderDecoderLM
 from bertzoo.tasks.base import TaskModel, link_backbone_entities
-from bertzoo.variants import get_variant, hf_family
+from bertzoo.variants import VARIANTS, config_class, get_variant, hf_family
 
 HUB_PREFIX = "hf:"
 BUILTIN_PREFIX = "builtin:"
@@ -117,13 +108,13 @@ def resolve(spec: str | Path) -> Path:
 def read_config(directory: str | Path) -> tuple[dict[str, Any], ModelConfig, bool]:
     """(raw dict, ModelConfig, is_hf) from a directory's config.json; a Hugging Face one is validated
     field by field (one CheckpointError naming a missing or ill-typed key)."""
-    raw, config, family = io.read_config(directory, hf_family)
+    raw, config, family = io.read_config(directory, hf_family, config_class)
     return raw, config, family is not None
 
 
 def read_checkpoint(directory: str | Path) -> tuple[dict[str, Any], ModelConfig, dict[str, torch.Tensor], bool]:
     """(raw config, ModelConfig, tensors under bertzoo names, is_hf) of a model directory."""
-    return io.read_checkpoint(directory, hf_family)
+    return io.read_checkpoint(directory, hf_family, config_class)
 
 
 def kind_of(raw: dict[str, Any], state: dict[str, torch.Tensor], is_hf: bool) -> str:
@@ -152,10 +143,9 @@ def _fill(module: nn.Module, state: dict[str, torch.Tensor], directory: Path) ->
 
 
 def empty_encoder(config: ModelConfig) -> nn.Module:
-    """The (randomly initialised) backbone `config` describes: an Encoder, or the family's own (`encoder_model`:
-    XLNet)."""
-    own = getattr(get_variant(config.variant), "encoder_model", None)
-    return Encoder(config) if own is None else own(config)
+    """The (randomly initialised) backbone `config` describes: its family's `encoder_class` (an Encoder, or
+    XLNet's two-stream stack, ELMo's biLSTM, ...)."""
+    return get_variant(config.variant).encoder_class(config)
 
 
 def load_encoder(path: str | Path) -> Encoder:
@@ -179,19 +169,11 @@ def load_encoder(path: str | Path) -> Encoder:
 
 
 def load_pretraining(path: str | Path) -> nn.Module:
-    """The pretraining module (encoder + heads) of a bertzoo or Hugging Face pretraining checkpoint:
-    the variant's own (`pretraining_model` hook: SpanBERT, ALBERT, ELECTRA, GPT, XLNet, ELMo, Transformer-XL) or
-    a MaskedLM."""
+    """The pretraining module (encoder + heads) of a bertzoo or Hugging Face pretraining checkpoint, as its
+    family's `pretraining_model` builds it (a MaskedLM for the BERT-like families)."""
     directory = resolve(path)
     raw, config, state, _ = read_checkpoint(directory)
-    variant = get_variant(config.variant)
-    if hasattr(variant, "pretraining_model"):
-        model = variant.pretraining_model(raw, config, state)
-    else:
-        objective = raw.get("objective") or ("mlm+nsp" if "nsp_head.classifier.weight" in state else "mlm")
-        # mlm+contrast (BERT's halves contrast) has no weights of its own: it loads as the masked LM it is.
-        sentence_task = {"mlm+nsp": "nsp", "mlm+sop": "sop"}.get(objective)
-        model = MaskedLM(Encoder(config), sentence_task=sentence_task)
+    model = get_variant(config.variant).pretraining_model(raw, config, state)
     _fill(model, state, directory)
     return model
 
@@ -313,24 +295,16 @@ def _task_model_from_pretrained(cls: type, path: str | Path) -> nn.Module:
 
 
 def _attach_methods() -> None:
-    """The Hugging Face-style methods users know, on classes of layers 2-3 that cannot import this
-    layer: `from_pretrained` loads through the function that knows the class's kind of directory,
-    `save_pretrained` is `bertzoo.io.save_pretrained` (config + `checkpoint_fields()` + weights)."""
-    loaders = {
-        Encoder: _encoder_from_pretrained,
-        MaskedLM: _pretraining_from_pretrained,  # and its subclass SpanBoundaryLM
-        Electra: _pretraining_from_pretrained,
-        CausalLM: _pretraining_from_pretrained,
-        PermutationLM: _pretraining_from_pretrained,
-        XLNet: _encoder_from_pretrained,
-        BidirectionalLM: _pretraining_from_pretrained,
-        Elmo: _encoder_from_pretrained,
-        RecurrentLM: _pretraining_from_pretrained,
-        TransfoXL: _encoder_from_pretrained,
-        EncoderDecoder: _pretraining_from_pretrained,  # a checkpoint of one loads as EncoderDecoderLM
-        EncoderDecoderLM: _pretraining_from_pretrained,
-        TaskModel: _task_model_from_pretrained,
-    }
+    """The Hugging Face-style methods users know, on model classes that sit below this module and cannot import
+    it: `from_pretrained` loads through the function that knows the class's kind of directory (each family's
+    backbone and pretraining classes, from its `Family` record; every fine-tuned model), `save_pretrained` is
+    `bertzoo.io.save_pretrained` (config + `checkpoint_fields()` + weights)."""
+    loaders: dict[type, Any] = {TaskModel: _task_model_from_pretrained}
+    for family in VARIANTS.values():
+        if isinstance(family.encoder_class, type):
+            loaders[family.encoder_class] = _encoder_from_pretrained
+        for cls in family.pretraining_classes:
+            loaders[cls] = _pretraining_from_pretrained
     for cls, loader in loaders.items():
         cls.from_pretrained = classmethod(loader)
         cls.save_pretrained = io.save_pretrained

@@ -28,7 +28,7 @@ def test_pretrain_configs_load_and_build(path):
     variant = get_variant(cfg.variant)
     config = variant.model_config(cfg.model)
     assert config.num_layers >= 1 and config.hidden_size % config.num_heads == 0
-    assert not cfg.objective or cfg.objective in variant.OBJECTIVES
+    assert not cfg.objective or cfg.objective in variant.objectives
 
 
 @pytest.mark.parametrize("path", _shipped("finetune"), ids=lambda p: p.stem)

@@ -1,7 +1,9 @@
-"""`bertzoo info PATH`: what a directory holds, read without building anything large."""
+"""`bertzoo info PATH`: what a directory holds (a model, checkpoint, run, shard or tokenizer directory), read
+without building anything large."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -110,3 +112,20 @@ def describe(path: str | Path) -> dict[str, Any]:
         info["vocab_size"] = tok.vocab_size
         return info
     raise BertzooError(f"{p} holds no config.json, meta.json, vocab.txt or checkpoints; nothing to describe")
+
+
+def add_parser(sub) -> None:
+    info = sub.add_parser("info", help="describe a model, checkpoint, run, shard or tokenizer directory")
+    info.add_argument("path")
+    info.add_argument("--json", action="store_true", help="print JSON")
+    info.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    info = describe(args.path)
+    if args.json:
+        print(json.dumps(info, indent=2, default=str))
+    else:
+        for key, value in info.items():
+            print(f"{key:>22}: {value}")
+    return 0

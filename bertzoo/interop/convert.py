@@ -23,7 +23,7 @@ from bertzoo.errors import CheckpointError
 from bertzoo.interop.hf_keys import is_hf_config
 from bertzoo.models.encoder import Encoder
 from bertzoo.nn.adapter import has_adapters
-from bertzoo.variants import hf_family, hf_family_of, hf_variant
+from bertzoo.variants import config_class, get_variant, hf_family, hf_family_of, hf_variant
 
 __all__ = [
     "HF_TASK_HEADS",
@@ -42,7 +42,8 @@ __all__ = [
 def config_from_hf(raw: dict[str, Any]) -> ModelConfig:
     """ModelConfig from a Hugging Face config dict (its `model_type` picks the family); any missing or
     ill-typed field is a CheckpointError naming it."""
-    return hf_keys.config_from_hf(raw, hf_family(raw.get("model_type")))
+    family = hf_family(raw.get("model_type"))
+    return hf_keys.config_from_hf(raw, family, config_class(family.variant))
 
 
 def config_to_hf(config: ModelConfig, architectures: list[str] | None = None) -> dict[str, Any]:
@@ -70,8 +71,6 @@ def export_hf(module: nn.Module, directory: str | Path) -> Path:
     head) for a MaskedLM, BertModel for an Encoder, a fine-tuned task model (one with `head_config`)
     as the matching `BertFor...` head class (see `export_finetuned_hf`), each under the names of
     the model's family (RobertaModel, AlbertForPreTraining, ...)."""
-    from bertzoo.variants import get_variant
-
     # A fine-tuned text-to-text model is its encoder-decoder LM (T5ForConditionalGeneration).
     lm = getattr(module, "lm", None)
     if hasattr(module, "head_config") and isinstance(getattr(lm, "config", None), ModelConfig):
@@ -81,7 +80,7 @@ def export_hf(module: nn.Module, directory: str | Path) -> Path:
     config = getattr(module, "config", None)
     if not isinstance(config, ModelConfig):
         raise CheckpointError(f"{type(module).__name__} is not a bertzoo model; nothing to export")
-    own = getattr(get_variant(config.variant), "export_hf", None)
+    own = get_variant(config.variant).export_hf
     if own is not None:  # a family's own modules (ELECTRA's discriminator and joint objective)
         written = own(module, directory)
         if written is not None:

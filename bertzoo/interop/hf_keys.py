@@ -328,9 +328,10 @@ def check_hf_config(raw: dict[str, Any]) -> None:
         raise CheckpointError(f"position_embedding_type={pe!r} is not supported; only 'absolute' positions convert")
 
 
-def config_from_hf(raw: dict[str, Any], family: HFFamily) -> ModelConfig:
-    """ModelConfig from a Hugging Face config dict of `family`: every key validated (CheckpointError
-    naming it), BERT's defaults unless the family states its own, then the family's computed fields."""
+def config_from_hf(raw: dict[str, Any], family: HFFamily, cls: type[ModelConfig] = ModelConfig) -> ModelConfig:
+    """The config (`cls`, the family's config class) of a Hugging Face config dict of `family`: every key
+    validated (CheckpointError naming it), BERT's defaults unless the family states its own, then the family's
+    computed fields."""
     check_hf_config(raw)
     fields: dict[str, Any] = {"variant": family.variant}
     table = HF_CONFIG_FIELDS if family.config_fields is None else family.config_fields
@@ -344,7 +345,7 @@ def config_from_hf(raw: dict[str, Any], family: HFFamily) -> ModelConfig:
     if family.read_fields is not None:
         fields.update(family.read_fields(raw, fields))
     try:
-        return from_dict(ModelConfig, fields, "config.json")
+        return from_dict(cls, fields, "config.json")
     except BertzooError as exc:  # a combination ModelConfig refuses (e.g. hidden_size not divisible by heads)
         raise CheckpointError(f"{exc}; the Hugging Face config.json is inconsistent") from None
 

@@ -17,7 +17,7 @@ pretraining recipe are the variant's (`bertzoo.variants.elmo`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -41,6 +41,47 @@ FIRST_SPECIAL = 260
 CHAR_VOCAB_SIZE = FIRST_SPECIAL + len(SPECIAL_TOKENS)
 
 
+@dataclass
+class ElmoConfig(ModelConfig):
+    """`ModelConfig` for an ELMo: `hidden_size` is the LSTMs' projected output and the token representation's
+    width, `num_layers` the LSTM layers of each direction, `dropout` their output dropout; the attention fields
+    are not read. The rest is the character CNN, its highway layers and the LSTM cells."""
+
+    char_filters: list[list[int]] = field(default_factory=list)  # [width, count] pairs of the character CNN
+    max_chars: int = 50  # characters (UTF-8 bytes) per token, the begin/end-of-word markers included
+    char_embedding_size: int = 16
+    highway_layers: int = 0
+    lstm_size: int = 0  # LSTM cell width, projected to hidden_size at each step
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        filters = []
+        for i, pair in enumerate(self.char_filters):
+            ok = isinstance(pair, (list, tuple)) and len(pair) == 2
+            if not ok or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in pair):
+                raise ConfigError(
+                    f"model.char_filters[{i}]={pair!r} is not a [width, count] pair of positive integers; "
+                    "write e.g. [[1, 32], [2, 32], [3, 64]]"
+                )
+            filters.append([int(pair[0]), int(pair[1])])
+        self.char_filters = filters  # lists (as JSON gives them), so a config equals its round trip
+        for name in ("highway_layers", "lstm_size"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"model.{name} must be >= 0, got {getattr(self, name)}")
+        if self.char_embedding_size <= 0:
+            raise ConfigError(f"model.char_embedding_size must be positive, got {self.char_embedding_size}")
+        if self.max_chars < 3:
+            raise ConfigError(
+                f"model.max_chars={self.max_chars} leaves no room for a character between the word markers; use >= 3"
+            )
+        widest = max((w for w, _ in filters), default=0)
+        if widest > self.max_chars:
+            raise ConfigError(
+                f"model.char_filters has a filter of width {widest}, wider than max_chars={self.max_chars}: it has "
+                "no position to look at; raise model.max_chars or drop the filter"
+            )
+
+
 def char_table(vocab: Sequence[str], max_chars: int = 50) -> torch.Tensor:
     """(vocab, max_chars) int64 character ids of every token id: BEGIN_OF_WORD (CONTINUATION for a `##`
     piece, prefix stripped), the token's UTF-8 bytes + 1 cut to max_chars - 2, END_OF_WORD, then 0s. A
@@ -62,9 +103,9 @@ def char_table(vocab: Sequence[str], max_chars: int = 50) -> torch.Tensor:
     return table
 
 
-def check_config(config: ModelConfig) -> None:
-    """ConfigError unless `config` describes an ELMo: the sizes live in ModelConfig's ELMo block (checked
-    there field by field); this checks that the block is filled in."""
+def check_config(config: ElmoConfig) -> None:
+    """ConfigError unless `config` describes an ELMo: `ElmoConfig` checks its fields one by one; this checks
+    that they are filled in."""
     if not config.char_filters:
         raise ConfigError(
             "model.char_filters is empty: an ELMo needs its character CNN; start from a preset (elmo-mini)"

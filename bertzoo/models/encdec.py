@@ -22,7 +22,35 @@ from bertzoo.models.encoder import Encoder, EncoderOutput, init_weights, make_la
 from bertzoo.nn import TransformerStack, build_norm, causal_attention_mask, to_attention_mask
 from bertzoo.nn.kv_cache import KVCache
 
-__all__ = ["Decoder", "DecoderOutput", "EncoderDecoder", "Seq2SeqOutput", "shift_right"]
+__all__ = ["Decoder", "DecoderOutput", "EncoderDecoder", "EncoderDecoderConfig", "Seq2SeqOutput", "shift_right"]
+
+
+@dataclass
+class EncoderDecoderConfig(ModelConfig):
+    """`ModelConfig` plus the decoder of an encoder-decoder (T5, MASS). With no decoder layers it describes the
+    encoder alone (T5EncoderModel)."""
+
+    num_decoder_layers: int = 0  # layers of the decoder stack; 0 = no decoder (the encoder alone)
+    decoder_start_token_id: int | None = None  # the decoder's first input (T5: 0, its pad id)
+    # Multiply the decoder's output by hidden_size ** -0.5 before the LM head (T5 v1.0, whose head is tied).
+    scale_decoder_outputs: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.num_decoder_layers < 0:
+            raise ConfigError(f"model.num_decoder_layers must be >= 0 (0 = no decoder), got {self.num_decoder_layers}")
+        if self.num_decoder_layers:
+            if self.causal:
+                raise ConfigError("model.causal=true with num_decoder_layers: an encoder-decoder's encoder is two-way")
+            if self.decoder_start_token_id is None:
+                raise ConfigError("model.num_decoder_layers is set but decoder_start_token_id is not; T5 starts with 0")
+        start = self.decoder_start_token_id
+        if start is not None and not 0 <= start < self.vocab_size:
+            raise ConfigError(f"model.decoder_start_token_id={start} is outside the vocabulary of {self.vocab_size}")
+
+    @property
+    def is_encoder_decoder(self) -> bool:
+        return self.num_decoder_layers > 0
 
 
 @dataclass

@@ -30,14 +30,62 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from bertzoo.config import ModelConfig
-from bertzoo.errors import BertzooError, CheckpointError
+from bertzoo.errors import BertzooError, CheckpointError, ConfigError
 from bertzoo.models.encoder import Encoder, EncoderOutput, init_weights, make_layer
 from bertzoo.nn import Residual, SelfAttention, TransformerLayer, to_attention_mask
 from bertzoo.nn.layer import LayerOutput
 
-__all__ = ["ErnieThu", "KnowledgeLayer", "KnowledgeOutput", "NO_ENTITY"]
+__all__ = ["ErnieThu", "ErnieThuConfig", "KnowledgeLayer", "KnowledgeOutput", "NO_ENTITY"]
 
 NO_ENTITY = -1
+
+
+@dataclass
+class ErnieThuConfig(ModelConfig):
+    """`ModelConfig` for ERNIE from Tsinghua: the top `knowledge_layers` of the `num_layers` layers are
+    aggregators that fuse knowledge-graph entity vectors (the K-encoder); the layers below them are plain BERT
+    layers (the T-encoder)."""
+
+    knowledge_layers: int = 0
+    entity_size: int = 100  # width of the entity stream: the TransE vectors' dimension
+    entity_heads: int = 4  # heads of the entity self-attention
+    num_entities: int = 0  # rows of the frozen entity table, saved with the weights (0 = no table)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0 <= self.knowledge_layers <= self.num_layers:
+            raise ConfigError(
+                f"model.knowledge_layers={self.knowledge_layers} must be in [0, num_layers={self.num_layers}]: "
+                "the knowledge layers are the top ones of the stack"
+            )
+        if self.entity_size <= 0 or self.entity_heads <= 0 or self.num_entities < 0:
+            raise ConfigError(
+                f"model.entity_size and model.entity_heads must be positive and num_entities >= 0, got "
+                f"{self.entity_size}, {self.entity_heads} and {self.num_entities}"
+            )
+        if self.entity_size % self.entity_heads:
+            raise ConfigError(
+                f"model.entity_size={self.entity_size} is not divisible by model.entity_heads={self.entity_heads}; "
+                "choose entity_heads dividing the entity vectors' width (4 for 100)"
+            )
+        if self.knowledge_layers:
+            unsupported = [
+                what
+                for what, bad in (
+                    (f"norm={self.norm!r}", self.norm != "post"),
+                    (f"norm_kind={self.norm_kind!r}", self.norm_kind != "layernorm"),
+                    (f"share={self.share!r}", self.share != "none"),
+                    ("causal attention", self.causal),
+                    ("a gated feed-forward", self.ffn_gated),
+                    ("relative position buckets", self.relative_buckets > 0),
+                )
+                if bad
+            ]
+            if unsupported:
+                raise ConfigError(
+                    f"model.knowledge_layers={self.knowledge_layers} needs BERT's post-norm encoder layers, but the "
+                    f"model has {', '.join(unsupported)}; use ERNIE-THU's presets"
+                )
 
 
 @dataclass

@@ -16,6 +16,7 @@ clamp_len the longest distinct distance (0: no clamping), attention_dropout the 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -28,7 +29,25 @@ from bertzoo.nn.ffn import FeedForward
 from bertzoo.nn.masks import causal_mask
 from bertzoo.nn.relative_attention import RelativeSelfAttention, relative_distances, relative_sinusoids
 
-__all__ = ["TransfoXL", "TransfoXLLayer", "TransfoXLOutput", "layout_problems", "stream_nll"]
+__all__ = ["TransfoXL", "TransfoXLConfig", "TransfoXLLayer", "TransfoXLOutput", "layout_problems", "stream_nll"]
+
+
+@dataclass
+class TransfoXLConfig(ModelConfig):
+    """`ModelConfig` plus segment-level recurrence over relative attention (Transformer-XL; XLNet builds on it)."""
+
+    # Positions of each layer's input kept as memory for the next call with use_mems (0 = all of them,
+    # transformers' rule for mem_len None or 0), of which only the first reuse_len of a segment (0 = all).
+    mem_len: int = 0
+    reuse_len: int = 0
+    clamp_len: int = 0  # relative distances beyond +-clamp_len share its sinusoid (0 = no clamping)
+    same_length: bool = False  # causal only: every query sees the same number of keys
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("mem_len", "reuse_len", "clamp_len"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"model.{name} must be >= 0 (0 = off), got {getattr(self, name)}")
 
 
 def layout_problems(config: ModelConfig) -> list[str]:
@@ -46,7 +65,6 @@ def layout_problems(config: ModelConfig) -> list[str]:
         "norm_kind": "layernorm",
         "ffn_gated": False,
         "relative_buckets": 0,
-        "num_decoder_layers": 0,
         "reuse_len": 0,
         "same_length": False,
     }

@@ -23,11 +23,19 @@ from torch import nn
 from bertzoo.config import ModelConfig
 from bertzoo.errors import ConfigError
 from bertzoo.models.encoder import init_weights
+from bertzoo.models.transfo_xl import TransfoXLConfig
 from bertzoo.nn import Embeddings, FeedForward
 from bertzoo.nn.relative_attention import relative_sinusoids, signed_distances
 from bertzoo.nn.two_stream import TwoStreamAttention
 
-__all__ = ["LAYOUT", "XLNet", "XLNetLayer", "XLNetOutput", "layout_problems", "stream_masks"]
+__all__ = ["LAYOUT", "XLNet", "XLNetConfig", "XLNetLayer", "XLNetOutput", "layout_problems", "stream_masks"]
+
+
+@dataclass
+class XLNetConfig(TransfoXLConfig):
+    """XLNet's config: Transformer-XL's memory fields (`reuse_len` and `same_length` included, which XLNet reads);
+    its attn_type "uni" is `causal`."""
+
 
 # The ModelConfig fields an XLNet stack has no place for, at the only value it computes: relative positions
 # and segments (no absolute table, no segment rows), no embedding norm, no pooler, post-norm, BERT's layers.
@@ -47,7 +55,6 @@ LAYOUT: tuple[tuple[str, Any], ...] = (
     ("inner_dropout", False),
     ("attention_scale", None),
     ("relative_buckets", 0),
-    ("num_decoder_layers", 0),
 )
 
 

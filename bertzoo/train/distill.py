@@ -165,7 +165,7 @@ def _general(cfg: DistillConfig, resume: str | None) -> dict[str, Any]:
     from bertzoo.loading import FINETUNED, load, resolve
     from bertzoo.objectives.mlm import MaskedLM
     from bertzoo.train.finetune import _seeded
-    from bertzoo.train.pretrain import _examples, fixed_eval_batches, make_mlm_evaluator
+    from bertzoo.train.pretrain import fixed_eval_batches, make_mlm_evaluator, pretraining_examples
     from bertzoo.train.students import copy_matching, encoder_from_teacher, random_encoder
 
     data = from_dict(DataConfig, cfg.data, "data")
@@ -200,7 +200,7 @@ def _general(cfg: DistillConfig, resume: str | None) -> dict[str, Any]:
     else:
         student = encoder
     pcfg = PretrainConfig(variant="bert", objective="mlm", data=dataclasses.replace(data, nsp=False), train=cfg.train)
-    dataset = _examples(pcfg, corpus, tokenizer)
+    dataset = pretraining_examples(pcfg, corpus, tokenizer)
     if wants_mlm:
         collator = PretrainingCollator(
             tokenizer, data.masking, seed=cfg.train.seed, pad_to_multiple_of=data.pad_to_multiple_of

@@ -10,8 +10,8 @@
     confusion_matrix.png  when the task reports a confusion matrix
     metrics.png, metrics.jsonl, metrics.csv   the training curve
 
-`load_finetuned(dir)` rebuilds (task, model, tokenizer) from `model/` (or `best/`, or a checkpoint)
-for `bertzoo evaluate` / `bertzoo predict`.
+`bertzoo.loading.load_finetuned(dir)` rebuilds (task, model, tokenizer) from `model/` (or `best/`, or a
+checkpoint) for `bertzoo evaluate` / `bertzoo predict` (`bertzoo.train.evaluate`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import dataclasses
 import json
 import math
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ from bertzoo.config import FinetuneConfig, resolve_batching, to_plain
 from bertzoo.engine.evaluation import BEST_DIR
 from bertzoo.errors import CheckpointError, ConfigError, DataError
 from bertzoo.io import FINETUNE_CONFIG
-from bertzoo.loading import BUILTIN_PREFIX, HUB_PREFIX, load_finetuned
+from bertzoo.loading import BUILTIN_PREFIX, HUB_PREFIX
 from bertzoo.loading import resolve as resolve_model_path  # a model spec: path, builtin:NAME or hf:ID
 from bertzoo.tasks import POOLED_TASKS, TASKS, get_task, mark_sentence_only, poolable, resolve_pooling
 from bertzoo.tasks.base import link_backbone_entities
@@ -84,7 +83,7 @@ def build_encoder(cfg: FinetuneConfig, tokenizer) -> nn.Module:
             encoder = _seeded(cfg.train.seed, lambda: variant.build(config))
         else:
             encoder = _seeded(cfg.train.seed, lambda: _encoder_from_config(config))
-            if hasattr(variant, "use_tokenizer"):
+            if variant.use_tokenizer is not None:
                 variant.use_tokenizer(encoder, tokenizer)  # what it takes from the vocabulary (ELMo's characters)
     c = encoder.config
     if tokenizer.vocab_size > c.vocab_size:
@@ -106,7 +105,7 @@ def build_encoder(cfg: FinetuneConfig, tokenizer) -> nn.Module:
         if value > max_position:
             raise ConfigError(f"{name}={value} exceeds the model's max_position={max_position}; lower {name}")
     # What the family's backbone cannot do in fine-tuning, refused before any data is read (ELMo).
-    check = getattr(get_variant(c.variant), "check_finetune", None)
+    check = get_variant(c.variant).check_finetune
     if check is not None:
         check(cfg)
     return encoder
@@ -320,13 +319,13 @@ def finetune(cfg: FinetuneConfig, resume: str | None = None) -> dict[str, Any]:
             _save_extra(tokenizer, cfg)(directory)
 
         write_dir_atomic(model_dir, write_model)
-        write_atomic(out / REPORT, json.dumps(report, indent=2, default=_json_default) + "\n")
+        write_atomic(out / REPORT, json.dumps(report, indent=2, default=json_default) + "\n")
         shown = results.get("test") or results.get("dev")
         if shown is not None and plot_confusion(shown.report, out / "confusion_matrix.png"):
             summary["confusion_matrix"] = str(out / "confusion_matrix.png")
         summary["model_dir"] = str(model_dir)
         summary["report"] = str(out / REPORT)
-        write_atomic(out / "summary.json", json.dumps(summary, indent=2, default=_json_default) + "\n")
+        write_atomic(out / "summary.json", json.dumps(summary, indent=2, default=json_default) + "\n")
     return summary
 
 
@@ -340,7 +339,8 @@ def _subset(examples: list[dict[str, Any]], limit: int | None) -> list[dict[str,
     return [examples[i] for i in keep]
 
 
-def _json_default(obj: Any) -> Any:
+def json_default(obj: Any) -> Any:
+    """What json.dumps writes for a value it cannot: an array as its list, anything else as its string."""
     if hasattr(obj, "tolist"):
         return obj.tolist()
     return str(obj)
@@ -360,146 +360,3 @@ def plot_confusion(report: dict[str, Any], png_path: str | Path) -> Path | None:
     except Exception as exc:  # a plot must never fail a finished run
         warnings.warn(f"could not draw {png_path} ({exc})", stacklevel=2)
         return None
-
-
-def _to_device(model: nn.Module, device: str) -> nn.Module:
-    from bertzoo.engine.devices import resolve_device
-
-    return model.to(resolve_device(device))
-
-
-def evaluate_model(
-    model_dir: str | Path,
-    *,
-    split: str | None = None,
-    data: str | None = None,
-    batch_size: int | None = None,
-    device: str = "auto",
-):
-    """Score a fine-tuned model on a split of its own configured data (`split`, default test) or on a
-    labelled file (`data`, read like the training data). Returns (EvalResult, FinetuneConfig)."""
-    overrides: dict[str, Any] = {}
-    if data:
-        _refuse_file_for_mixture(model_dir)
-        overrides["data"] = {"dataset": "", "test": str(data)}
-        split = "test"
-    split = split or "test"
-    if split not in SPLITS:
-        raise ConfigError(f"unknown split {split!r}; choose dev or test")
-    if batch_size is not None:
-        if batch_size < 1:
-            raise ConfigError(f"--batch-size must be >= 1, got {batch_size}")
-        overrides["train"] = {"eval_batch_size": batch_size}
-    task, model, _ = load_finetuned(model_dir, overrides)
-    if not has_split(task.cfg, split):
-        raise ConfigError(f"{model_dir} was fine-tuned without {split} data; pass a labelled file with --data FILE")
-    model = _to_device(model, device)
-    examples = task.load(split)
-    if not examples:
-        raise DataError(f"the {split} data holds no examples")
-    result = task.evaluate(model, examples, task.featurize(examples, split))
-    return result, task.cfg
-
-
-def _refuse_file_for_mixture(model_dir: str | Path) -> None:
-    """A multi-task model's sources take their task's prefix, which a labelled file does not name."""
-    saved = resolve_model_path(str(model_dir)) / FINETUNE_CONFIG
-    if not saved.is_file():
-        return
-    mixture = (json.loads(saved.read_text(encoding="utf-8")).get("data") or {}).get("mixture") or []
-    if mixture:
-        raise ConfigError(
-            f"{model_dir} was fine-tuned on a mixture of tasks, and a --data file does not say which task's prefix "
-            "its sources take; evaluate the tasks' own splits with --split dev or --split test"
-        )
-
-
-def _read_jsonl(path: Path):
-    """(line number, record) for each non-blank line; DataError naming the line for anything else."""
-    if not path.is_file():
-        raise DataError(f"input file not found: {path}; pass a JSONL file (one JSON object per line)")
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except (ValueError, RecursionError):  # JSONDecodeError, an int over 4300 digits, deep nesting
-                raise DataError(f"{path}:{n} is not valid JSON; write one JSON object per line") from None
-            if not isinstance(record, dict):
-                raise DataError(f'{path}:{n} is not a JSON object; write one object per line, e.g. {{"text": ...}}')
-            yield n, record
-
-
-def predict_file(
-    model_dir: str | Path,
-    input_path: str | Path,
-    output_path: str | Path,
-    *,
-    batch_size: int = 64,
-    chunk_size: int = 4096,
-    device: str = "auto",
-    overrides: dict[str, Any] | None = None,
-) -> int:
-    """Batch inference: one JSON object per input line in, one prediction object per line out (same
-    order; an input `id` is carried over). Inputs use the training data's field names (e.g. `text`,
-    or the configured data.text_column). Runs in chunks, so memory stays bounded for any file size,
-    and writes the output atomically. `overrides` update the saved config (e.g. {"generation": {...}}).
-    Returns the number of predictions."""
-    if batch_size < 1:
-        raise ConfigError(f"--batch-size must be >= 1, got {batch_size}")
-    task, model, _ = load_finetuned(model_dir, {**(overrides or {}), "train": {"eval_batch_size": batch_size}})
-    model = _to_device(model, device)
-    d = task.cfg.data
-    renames = {d.text_column: "text", d.text_pair_column: "text_pair"} if task.cfg.task == "classification" else {}
-    renames = {src: dst for src, dst in renames.items() if src and src != dst}
-
-    def predict(records: list[tuple[int, dict[str, Any]]]) -> list[dict[str, Any]]:
-        # `source` ("path:line", as the training readers set it) lets the task's input checks name the line.
-        inputs = [{**{renames.get(k, k): v for k, v in r.items()}, "source": f"{input_path}:{n}"} for n, r in records]
-        return task.predict(model, inputs)
-
-    return map_jsonl(input_path, output_path, predict, chunk_size=chunk_size, what="predict")
-
-
-def map_jsonl(
-    input_path: str | Path,
-    output_path: str | Path,
-    fn: Callable[[list[tuple[int, dict[str, Any]]]], list[dict[str, Any]]],
-    *,
-    chunk_size: int = 4096,
-    what: str = "predict",
-) -> int:
-    """One output object per input JSON line: `fn` maps chunks of (line number, record) to as many result
-    dicts (an input `id` is carried over), under inference mode. Memory stays bounded for any file size, and
-    the output is written atomically: on any error an existing file stays as it was. Returns the count."""
-    from bertzoo.io import replace_atomically
-
-    count = 0
-
-    def flush(records: list[tuple[int, dict[str, Any]]], out) -> int:
-        results = fn(records)
-        if len(results) != len(records):
-            raise DataError(f"the task returned {len(results)} results for {len(records)} inputs")
-        for (_, record), result in zip(records, results, strict=True):
-            row = {"id": record["id"], **result} if "id" in record and "id" not in result else result
-            out.write(json.dumps(row, ensure_ascii=False, default=_json_default) + "\n")
-        return len(records)
-
-    def write(tmp: str) -> None:
-        nonlocal count
-        with open(tmp, "w", encoding="utf-8") as out:
-            chunk: list[tuple[int, dict[str, Any]]] = []
-            with torch.inference_mode():
-                for line_number, record in _read_jsonl(Path(input_path)):
-                    chunk.append((line_number, record))
-                    if len(chunk) >= chunk_size:
-                        count += flush(chunk, out)
-                        chunk = []
-                if chunk:
-                    count += flush(chunk, out)
-        if count == 0:  # raised before the rename: an existing output stays as it was
-            raise DataError(f"{input_path} holds no JSON lines; nothing to {what}")
-
-    replace_atomically(write, Path(output_path))
-    return count

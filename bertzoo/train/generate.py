@@ -64,7 +64,7 @@ def generate_file(
     written atomically); returns the number of lines. `generation`: GenerationConfig fields."""
     from bertzoo.data.pretraining.collate_mlm import pad_batch
     from bertzoo.data.tokens.tokenizer import Tokenizer
-    from bertzoo.train.finetune import _to_device, map_jsonl, predict_file
+    from bertzoo.train.evaluate import map_jsonl, predict_file, to_device
 
     if batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {batch_size}")
@@ -89,7 +89,7 @@ def generate_file(
         )
     tokenizer = Tokenizer.load(directory)
     gen = _generation(tokenizer, settings)
-    model = _to_device(_causal_lm(directory), device).eval()
+    model = to_device(_causal_lm(directory), device).eval()
     dev = next(model.parameters()).device
 
     def continue_prompts(records: list[tuple[int, dict[str, Any]]]) -> list[dict[str, Any]]:

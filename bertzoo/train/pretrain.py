@@ -40,7 +40,7 @@ def build_pretraining(cfg: PretrainConfig):
     corpus = ShardedCorpus(cfg.data.shards)
     tokenizer = corpus.tokenizer()
     corpus.check_tokenizer(tokenizer)  # a replaced shards/tokenizer/ would feed the model ids it cannot embed
-    if hasattr(variant, "run_tokenizer"):
+    if variant.run_tokenizer is not None:
         tokenizer = variant.run_tokenizer(cfg, tokenizer)
     model_cfg = scratch_config(variant, cfg.model, tokenizer)
     if model_cfg.vocab_size != tokenizer.vocab_size:
@@ -59,8 +59,8 @@ def build_pretraining(cfg: PretrainConfig):
     # restarted before its first checkpoint (or run in a long-lived process) starts from the same weights.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.train.seed)
-        objective = variant.build(model_cfg, objective=_objective_name(cfg, variant), **cfg.objective_args)
-        if hasattr(variant, "use_tokenizer"):
+        objective = variant.build(model_cfg, objective=variant.objective(cfg), **cfg.objective_args)
+        if variant.use_tokenizer is not None:
             variant.use_tokenizer(objective, tokenizer)
 
     @functools.cache
@@ -92,14 +92,14 @@ def build_pretraining(cfg: PretrainConfig):
             )
     if cfg.relative_bias_init == "local":
         start_local_bias(objective, cfg.variant)
-    dataset = _examples(cfg, corpus, tokenizer)
+    dataset = pretraining_examples(cfg, corpus, tokenizer)
     power = cfg.data.masking.frequency_power
-    if power and (hasattr(variant, "collator") or cfg.data.masking.strategy != "token"):
+    if power and (variant.collator is not None or cfg.data.masking.strategy != "token"):
         raise ConfigError(
             f"data.masking.frequency_power works with token-level masking in BERT's collator, not with the "
             f"{cfg.variant} variant's own data recipe or strategy {cfg.data.masking.strategy!r}; set it to 0"
         )
-    if hasattr(variant, "collator"):
+    if variant.collator is not None:
         collator = variant.collator(cfg, tokenizer)
     elif cfg.data.masking.strategy != "token":
         # Whole-word, span, phrase or entity masking needs unit boundaries (WordPiece `##` at least).
@@ -205,22 +205,12 @@ def masking_weights(counts: np.ndarray, power: float) -> np.ndarray:
     return (counts.astype(np.float64) + 1.0) ** -power
 
 
-def _objective_name(cfg: PretrainConfig, variant) -> str:
-    """The configured objective; BERT's default follows data.nsp (mlm+nsp or mlm)."""
-    if cfg.objective:
-        return cfg.objective
-    if cfg.variant == "bert":
-        return "mlm+nsp" if cfg.data.nsp else "mlm"
-    return variant.DEFAULT_OBJECTIVE
-
-
-def _examples(cfg: PretrainConfig, corpus, tokenizer):
-    """The variant's data recipe (BERT's when it has none) for this run's number of processes."""
+def pretraining_examples(cfg: PretrainConfig, corpus, tokenizer):
+    """The family's data recipe over `corpus` for this run's number of processes."""
     from bertzoo.engine.distributed import dist_info
-    from bertzoo.variants import bert, get_variant
+    from bertzoo.variants import get_variant
 
-    make = getattr(get_variant(cfg.variant), "examples", bert.examples)
-    return make(cfg, corpus, tokenizer, world_size=dist_info().world_size)
+    return get_variant(cfg.variant).examples(cfg, corpus, tokenizer, world_size=dist_info().world_size)
 
 
 def init_mlm_bias(objective: torch.nn.Module, counts: np.ndarray) -> int:
@@ -261,7 +251,7 @@ def fixed_eval_batches(cfg: PretrainConfig, tokenizer, collator, shards: str | N
     corpus = ShardedCorpus(shards or cfg.data.eval_shards)
     corpus.check_tokenizer(tokenizer)
     # Held-out examples follow the variant's own recipe (RoBERTa: one segment; ALBERT: SOP pairs).
-    dataset = _examples(cfg, corpus, tokenizer)
+    dataset = pretraining_examples(cfg, corpus, tokenizer)
     dataset.set_epoch(0)
     bs = cfg.train.batch_size
     n = min(len(dataset), cfg.data.eval_batches * bs)

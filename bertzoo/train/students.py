@@ -3,6 +3,7 @@ general-distilled student), or random weights of a preset (TinyBERT's 4 x 312)."
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -38,9 +39,12 @@ def student_config(teacher: ModelConfig, student: StudentConfig, num_layers: int
     from bertzoo.variants import get_variant
 
     variant = get_variant(student.variant)
-    fields = {k: v for k, v in teacher.to_dict().items() if k != "variant"}
+    # The fields the student's config class has (a plain encoder student of an ERNIE-THU teacher has no entity
+    # stream).
+    names = {f.name for f in dataclasses.fields(variant.config_class)} - {"variant"}
+    fields = {k: v for k, v in teacher.to_dict().items() if k in names}
     fields["num_layers"] = num_layers
-    defaults = getattr(variant, "DEFAULTS", {})
+    defaults = variant.defaults
     # The family's structural choices (DistilBERT: no token types, a relu pooler) replace the teacher's.
     for key in ("type_vocab_size", "pooler", "pooler_act"):
         if key in defaults:

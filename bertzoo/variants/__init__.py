@@ -1,114 +1,113 @@
-"""Every model family bertzoo knows, in one explicit table.
+"""Every model family bertzoo knows, in one explicit table of typed `Family` records (`bertzoo.variants.family`).
 
-A variant module has presets, `model_config(spec)`, `build(config, objective, **objective_args)`,
-and optionally:
-
-* `examples(cfg, corpus, tokenizer, *, world_size=1)` and `collator(cfg, tokenizer)`: its data
-  recipe (default: BERT's, `bert.examples`);
-* `pretraining_model(raw_config, config, state)`: the empty module a pretraining checkpoint loads
-  into, when it is not a plain `MaskedLM`;
-* `HF` (a `bertzoo.interop.hf_keys.HFFamily`) and `config_to_hf(config, architectures)`: its Hugging Face
-  names as data, and the checks of what the Hugging Face class can hold. A family imports the
-  Hugging Face `model_type` of its `HF` when `HF.variant` is its own name (SpanBERT exports as BERT).
-  A variant with several Hugging Face architectures (GPT: openai-gpt and gpt2) lists them as
-  `HF_FAMILIES` and picks one for a config with `hf_family_for(config)`;
-* `export_hf(module, directory)`: writes its own modules that the generic exporter cannot (ELECTRA's);
-* `encoder_model(config)`: the empty backbone an encoder directory loads into, when it is not an `Encoder`
-  (XLNet's two-stream stack, ELMo's biLSTM);
-* `use_tokenizer(module, tokenizer)`: fills in what a freshly built module (a pretraining module, or a
-  backbone fine-tuned from random init) takes from the run's tokenizer rather than from its config (ELMo's
-  character table, spelled from the vocabulary);
-* `check_finetune(cfg)`: ConfigError for what the fine-tuning tasks cannot do on the family's backbone (ELMo).
+Each family is one recipe file here (its presets, its pretraining module, its data recipe, its Hugging Face
+names) ending with `FAMILY = Family(...)`; everything else reaches a family through `get_variant(name)`.
 """
 
 from __future__ import annotations
 
-from types import ModuleType
 from typing import Any
 
+import bertzoo.variants.albert as albert
+import bertzoo.variants.bert as bert
+import bertzoo.variants.distilbert as distilbert
+import bertzoo.variants.electra as electra
+import bertzoo.variants.elmo as elmo
+import bertzoo.variants.ernie as ernie
+import bertzoo.variants.ernie_thu as ernie_thu
+import bertzoo.variants.gpt as gpt
+import bertzoo.variants.mass as mass
+import bertzoo.variants.roberta as roberta
+import bertzoo.variants.spanbert as spanbert
+import bertzoo.variants.t5 as t5
+import bertzoo.variants.transfo_xl as transfo_xl
+import bertzoo.variants.unilm as unilm
+import bertzoo.variants.xlnet as xlnet
 from bertzoo.config import ModelConfig
 from bertzoo.errors import CheckpointError, ConfigError
 from bertzoo.interop.hf_keys import HFFamily
-from bertzoo.variants import (
-    albert,
-    bert,
-    distilbert,
-    electra,
-    elmo,
-    ernie,
-    ernie_thu,
-    gpt,
-    mass,
-    roberta,
-    spanbert,
-    t5,
-    transfo_xl,
-    unilm,
-    xlnet,
-)
+from bertzoo.variants.family import Family
 
-VARIANTS: dict[str, ModuleType] = {
-    "bert": bert,
-    "electra": electra,
-    "roberta": roberta,
-    "albert": albert,
-    "spanbert": spanbert,
-    "ernie": ernie,
-    "gpt": gpt,
-    "unilm": unilm,
-    "distilbert": distilbert,
-    "t5": t5,
-    "mass": mass,
-    "xlnet": xlnet,
-    "transfo-xl": transfo_xl,
-    "elmo": elmo,
-    "ernie-thu": ernie_thu,
+__all__ = [
+    "VARIANTS",
+    "Family",
+    "config_class",
+    "get_variant",
+    "hf_families",
+    "hf_family",
+    "hf_family_of",
+    "hf_variant",
+    "model_config_of",
+    "preset_names",
+    "scratch_config",
+]
+
+VARIANTS: dict[str, Family] = {
+    family.name: family
+    for family in (
+        bert.FAMILY,
+        electra.FAMILY,
+        roberta.FAMILY,
+        albert.FAMILY,
+        spanbert.FAMILY,
+        ernie.FAMILY,
+        gpt.FAMILY,
+        unilm.FAMILY,
+        distilbert.FAMILY,
+        t5.FAMILY,
+        mass.FAMILY,
+        xlnet.FAMILY,
+        transfo_xl.FAMILY,
+        elmo.FAMILY,
+        ernie_thu.FAMILY,
+    )
 }
 
 
-def get_variant(name: str) -> ModuleType:
-    """The variant module by name, with the list of known names on a typo."""
+def get_variant(name: str) -> Family:
+    """The family by name, with the list of known names on a typo."""
     try:
         return VARIANTS[name]
     except KeyError:
         raise ConfigError(f"unknown variant {name!r}; choose one of: {', '.join(VARIANTS)}") from None
 
 
-def scratch_config(variant: ModuleType, spec: dict[str, Any], tokenizer: Any) -> ModelConfig:
-    """The `ModelConfig` a from-scratch model of `variant` gets from `spec` (a preset and fields) and the run's
-    `tokenizer`: what the variant takes from the vocabulary (`model_defaults`: T5's decoder start and unpadded word
-    table, MASS's mask), then its size and padding id, each only where `spec` does not set it. Pretraining,
+def config_class(variant: Any) -> type[ModelConfig]:
+    """The config class a saved model of `variant` loads as (ModelConfig for a name no family has: the check of
+    the name itself is the model's, so a damaged config.json fails where its weights are read)."""
+    family = VARIANTS.get(variant) if isinstance(variant, str) else None
+    return family.config_class if family is not None else ModelConfig
+
+
+def scratch_config(variant: Family, spec: dict[str, Any], tokenizer: Any) -> ModelConfig:
+    """The config a from-scratch model of `variant` gets from `spec` (a preset and fields) and the run's
+    `tokenizer`: what the family takes from the vocabulary (`model_defaults`: T5's decoder start and unpadded
+    word table, MASS's mask), then its size and padding id, each only where `spec` does not set it. Pretraining,
     fine-tuning from random init and a random distillation student all build their model through here."""
     spec = dict(spec)
-    for key, value in getattr(variant, "model_defaults", lambda t: {})(tokenizer).items():
+    for key, value in variant.model_defaults(tokenizer).items():
         spec.setdefault(key, value)
     spec.setdefault("vocab_size", tokenizer.vocab_size)
     spec.setdefault("pad_token_id", tokenizer.pad_id)
     return variant.model_config(spec)
 
 
-def model_config_of(model_config: dict[str, Any], tokenizer: Any) -> tuple[ModuleType, ModelConfig]:
-    """The variant and `scratch_config` of a `model_config` mapping ({variant (default bert), preset, ...})."""
+def model_config_of(model_config: dict[str, Any], tokenizer: Any) -> tuple[Family, ModelConfig]:
+    """The family and `scratch_config` of a `model_config` mapping ({variant (default bert), preset, ...})."""
     spec = dict(model_config)
     variant = get_variant(spec.pop("variant", "bert"))
     return variant, scratch_config(variant, spec, tokenizer)
 
 
 def preset_names() -> list[str]:
-    """All presets of all variants."""
-    return [name for module in VARIANTS.values() for name in module.PRESETS]
-
-
-def _families(module: ModuleType) -> tuple[HFFamily, ...]:
-    """A variant's Hugging Face families: its `HF_FAMILIES`, else its `HF` (none without either)."""
-    if getattr(module, "HF_FAMILIES", None):
-        return tuple(module.HF_FAMILIES)
-    return (module.HF,) if getattr(module, "HF", None) is not None else ()
+    """All presets of all families."""
+    return [name for family in VARIANTS.values() for name in family.presets]
 
 
 def hf_families() -> dict[str, HFFamily]:
-    """Hugging Face model_type -> the family that imports it."""
-    return {f.model_type: f for name, m in VARIANTS.items() for f in _families(m) if f.variant == name}
+    """Hugging Face model_type -> the architecture that imports it (a family imports the ones named for it;
+    SpanBERT exports as BERT and BERT imports it)."""
+    return {f.model_type: f for name, family in VARIANTS.items() for f in family.hf if f.variant == name}
 
 
 def hf_family(model_type: Any) -> HFFamily:
@@ -121,17 +120,14 @@ def hf_family(model_type: Any) -> HFFamily:
     )
 
 
-def hf_variant(config_variant: str) -> ModuleType:
-    """The variant module exporting a model of `config_variant` to Hugging Face (it must have `HF`)."""
-    module = get_variant(config_variant)
-    if not _families(module):
+def hf_variant(config_variant: str) -> Family:
+    """The family exporting a model of `config_variant` to Hugging Face (it must have Hugging Face names)."""
+    family = get_variant(config_variant)
+    if not family.hf:
         raise CheckpointError(f"variant {config_variant!r} has no Hugging Face counterpart to convert to or from")
-    return module
+    return family
 
 
 def hf_family_of(config: ModelConfig) -> HFFamily:
-    """The Hugging Face family a model of `config` converts to: its variant's `HF`, or the one its
-    `hf_family_for(config)` picks (GPT: by the layout)."""
-    module = hf_variant(config.variant)
-    pick = getattr(module, "hf_family_for", None)
-    return pick(config) if pick is not None else module.HF
+    """The Hugging Face architecture a model of `config` converts to (GPT: picked by its layout)."""
+    return hf_variant(config.variant).hf_family(config)

@@ -27,6 +27,7 @@ from bertzoo.errors import CheckpointError, ConfigError
 from bertzoo.interop.hf_keys import HFFamily
 from bertzoo.models.encoder import Encoder
 from bertzoo.objectives.mlm import MaskedLM
+from bertzoo.variants.family import Family
 
 # Paper Table 1 (E = 128, feed-forward 4H, heads H/64, all parameters shared), plus two small ones
 # for CPUs sized like BERT-tiny / BERT-mini. Published sizes: base 12M, large 18M, xlarge 60M,
@@ -184,3 +185,19 @@ def config_to_hf(config: ModelConfig, architectures: list[str] | None = None) ->
         num_hidden_groups=hf_keys.stored_layers(config),
         inner_group_num=1,
     )
+
+
+FAMILY = Family(
+    name="albert",
+    title="ALBERT",
+    presets=PRESETS,
+    model_config=model_config,
+    objectives=OBJECTIVES,
+    default_objective=DEFAULT_OBJECTIVE,
+    build=build,
+    examples=examples,
+    defaults=DEFAULTS,
+    pretraining_model=pretraining_model,
+    hf=(HF,),
+    config_to_hf=config_to_hf,
+)

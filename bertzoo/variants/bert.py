@@ -11,6 +11,7 @@ from bertzoo.interop.hf_keys import HFFamily
 from bertzoo.models.encoder import Encoder
 from bertzoo.objectives.doc_contrast import HalvesContrastMLM
 from bertzoo.objectives.mlm import MaskedLM
+from bertzoo.variants.family import Family
 
 # Sizes from the BERT paper (base, large) and Turc et al. 2019, "Well-Read Students Learn Better"
 # (tiny .. medium), where the intermediate size is 4x hidden and heads have 64 dims.
@@ -32,6 +33,11 @@ PRESETS: dict[str, dict[str, Any]] = {
 OBJECTIVES = ("mlm+nsp", "mlm", "mlm+contrast")
 DEFAULT_OBJECTIVE = "mlm+nsp"
 CONTRAST_ARGS = ("contrast_weight", "temperature")
+
+
+def _objective_of(cfg: PretrainConfig) -> str:
+    """BERT's objective when a run names none: masked LM + NSP, or masked LM alone without sentence pairs."""
+    return "mlm+nsp" if cfg.data.nsp else "mlm"
 
 
 def model_config(spec: dict[str, Any]) -> ModelConfig:
@@ -126,3 +132,18 @@ def config_to_hf(config: ModelConfig, architectures: list[str] | None = None) ->
     """A Hugging Face BertConfig dict for an exported bertzoo model."""
     hf_keys.check_exportable(config, "bert")
     return hf_keys.config_to_hf(config, HF, architectures)
+
+
+FAMILY = Family(
+    name="bert",
+    title="BERT",
+    presets=PRESETS,
+    model_config=model_config,
+    objectives=OBJECTIVES,
+    default_objective=DEFAULT_OBJECTIVE,
+    build=build,
+    examples=examples,
+    objective_of=_objective_of,
+    hf=(HF,),
+    config_to_hf=config_to_hf,
+)

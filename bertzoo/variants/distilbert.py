@@ -31,6 +31,7 @@ from bertzoo.interop.hf_keys import REQUIRED, HFFamily
 from bertzoo.models.encoder import Encoder
 from bertzoo.nn.adapter import has_adapters
 from bertzoo.objectives.mlm import MaskedLM
+from bertzoo.variants.family import Family
 
 # distilbert-base is the paper's student (66M parameters with the 30,522-token uncased vocabulary);
 # distilbert-mini a CPU-sized one, BERT-mini's width three layers deep.
@@ -250,3 +251,20 @@ def export_hf(module: nn.Module, directory: str | Path) -> Path | None:
     state = {k: v for k, v in state.items() if not k.startswith("encoder.pooler.")}
     hf_state = hf_keys.state_to_hf(state, config, HF, prefix=prefix)
     return io.write_model_dir(directory, hf_state, hf_config)
+
+
+FAMILY = Family(
+    name="distilbert",
+    title="DistilBERT",
+    presets=PRESETS,
+    model_config=model_config,
+    objectives=OBJECTIVES,
+    default_objective=DEFAULT_OBJECTIVE,
+    build=build,
+    examples=examples,
+    defaults=DEFAULTS,
+    pretraining_model=pretraining_model,
+    export_hf=export_hf,
+    hf=(HF,),
+    config_to_hf=config_to_hf,
+)

@@ -35,12 +35,13 @@ import bertzoo.interop.hf_keys as hf_keys
 import bertzoo.io as io
 import bertzoo.variants.bert as bert
 from bertzoo.batch import Batch
-from bertzoo.config import ModelConfig, check_objective_args, from_dict, is_number, preset_config
+from bertzoo.config import ModelConfig, check_objective_args, from_dict, is_number, preset_config, saved_fields
 from bertzoo.errors import CheckpointError, ConfigError
 from bertzoo.interop.hf_keys import HFFamily
 from bertzoo.models.encoder import Encoder
 from bertzoo.objectives.electra import SAMPLE_UNIFORM, Discriminator, Electra, make_generator
 from bertzoo.objectives.mlm import MaskedLM
+from bertzoo.variants.family import Family
 
 # The discriminator's sizes, from the paper's Table 6 (small also from Google's configure_pretraining.py,
 # embedding_size 128). electra-mini is a 4-layer small for CPU demos. ELECTRA has no pooler.
@@ -65,6 +66,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 # Generator width as a fraction of the discriminator's (Table 6: small 1/4, base 1/3, large 1/4).
 GENERATOR_SIZE = {"electra-mini": 0.25, "electra-small": 0.25, "electra-base": 1 / 3, "electra-large": 0.25}
 
+DEFAULTS: dict[str, Any] = {"pooler": False}  # the discriminator reads every token; no sentence vector
 OBJECTIVES = ("electra", "mlm")
 DEFAULT_OBJECTIVE = "electra"
 OBJECTIVE_ARGS = (
@@ -82,7 +84,7 @@ SAMPLE_STREAM = "electra-sample"
 
 def model_config(spec: dict[str, Any]) -> ModelConfig:
     """The discriminator's ModelConfig from `{"preset": name, **overrides}` (or plain fields)."""
-    return preset_config(spec, PRESETS, variant="electra", family="ELECTRA", defaults={"pooler": False})
+    return preset_config(spec, PRESETS, variant="electra", family="ELECTRA", defaults=DEFAULTS)
 
 
 def default_generator_size(config: ModelConfig) -> float:
@@ -199,7 +201,7 @@ def load_generator(path: str | Path) -> MaskedLM:
     directory = Path(path)
     if not directory.is_dir():
         raise CheckpointError(f"generator checkpoint not found: {path}; pass the directory of the stage-generator run")
-    raw, config, state, _ = io.read_checkpoint(directory, _electra_only)
+    raw, config, state, _ = io.read_checkpoint(directory, _electra_only, lambda variant: ModelConfig)
     model = pretraining_model(raw, config, state)
     io.load_into(model, state, source=str(directory))
     generator = model.generator if isinstance(model, Electra) else model
@@ -215,7 +217,7 @@ def pretraining_model(raw: dict[str, Any], config: ModelConfig, state: dict[str,
         gen = raw.get("generator")
         if not isinstance(gen, dict):
             raise CheckpointError("the ELECTRA checkpoint's config.json lacks the generator's config ('generator')")
-        gen_cfg = from_dict(ModelConfig, {k: v for k, v in gen.items() if k in ModelConfig.__dataclass_fields__})
+        gen_cfg = from_dict(ModelConfig, saved_fields(ModelConfig, gen))
         return Electra(
             config,
             gen_cfg,
@@ -370,3 +372,22 @@ def export_hf(module: nn.Module, directory: str | Path) -> Path | None:
     if isinstance(module, Discriminator):
         return write_hf(module, directory)
     return None
+
+
+FAMILY = Family(
+    name="electra",
+    title="ELECTRA",
+    presets=PRESETS,
+    model_config=model_config,
+    objectives=OBJECTIVES,
+    default_objective=DEFAULT_OBJECTIVE,
+    build=build,
+    examples=examples,
+    defaults=DEFAULTS,
+    pretraining_classes=(Electra,),
+    pretraining_model=pretraining_model,
+    collator=collator,
+    export_hf=export_hf,
+    hf=(HF,),
+    config_to_hf=config_to_hf,
+)

@@ -26,8 +26,9 @@ from torch import nn
 
 from bertzoo.config import FinetuneConfig, ModelConfig, PretrainConfig, TechniqueConfig, preset_config
 from bertzoo.errors import ConfigError
-from bertzoo.models.elmo import Elmo, char_table
+from bertzoo.models.elmo import Elmo, ElmoConfig, char_table
 from bertzoo.objectives.bilm import BidirectionalLM
+from bertzoo.variants.family import Family
 
 # The paper's (and AllenNLP's "original") sizes: 2048 filters, two highway layers, LSTM 4096 -> 512;
 # 93.6M parameters without the softmax. mini trains on a CPU; tiny is for tests. Pretraining sets
@@ -76,7 +77,7 @@ DEFAULT_OBJECTIVE = "bilm"
 
 def model_config(spec: dict[str, Any]) -> ModelConfig:
     """A ModelConfig from `{"preset": name, **overrides}` (or plain fields)."""
-    return preset_config(spec, PRESETS, variant="elmo", family="ELMo", defaults=DEFAULTS)
+    return preset_config(spec, PRESETS, variant="elmo", family="ELMo", defaults=DEFAULTS, cls=ElmoConfig)
 
 
 def build(config: ModelConfig, objective: str = DEFAULT_OBJECTIVE, **args: Any) -> BidirectionalLM:
@@ -143,3 +144,24 @@ def collator(cfg: PretrainConfig, tokenizer):
     from bertzoo.data.pretraining.collate_mlm import CausalLMCollator
 
     return CausalLMCollator(tokenizer, pad_to_multiple_of=cfg.data.pad_to_multiple_of)
+
+
+FAMILY = Family(
+    name="elmo",
+    title="ELMo",
+    presets=PRESETS,
+    model_config=model_config,
+    objectives=OBJECTIVES,
+    default_objective=DEFAULT_OBJECTIVE,
+    build=build,
+    examples=examples,
+    config_class=ElmoConfig,
+    defaults=DEFAULTS,
+    encoder_class=Elmo,
+    pretraining_classes=(BidirectionalLM,),
+    pretraining_model=pretraining_model,
+    collator=collator,
+    use_tokenizer=use_tokenizer,
+    check_finetune=check_finetune,
+    attention=None,
+)

@@ -36,6 +36,7 @@ from bertzoo.errors import ConfigError
 from bertzoo.interop.hf_keys import HFFamily
 from bertzoo.models.encoder import Encoder
 from bertzoo.objectives.mlm import MaskedLM
+from bertzoo.variants.family import Family
 
 # BERT-base shapes (the released ERNIE 1.0 Chinese model has an 18k vocabulary and 513 positions;
 # the vocabulary size here always comes from the tokenizer). ERNIE 2.0 adds a 3-row task embedding.
@@ -210,3 +211,18 @@ def config_to_hf(config: ModelConfig, architectures: list[str] | None = None) ->
         use_task_id=config.task_type_vocab_size > 0,
         task_type_vocab_size=config.task_type_vocab_size or 3,
     )
+
+
+FAMILY = Family(
+    name="ernie",
+    title="ERNIE",
+    presets=PRESETS,
+    model_config=model_config,
+    objectives=OBJECTIVES,
+    default_objective=DEFAULT_OBJECTIVE,
+    build=build,
+    examples=examples,
+    collator=collator,
+    hf=(HF,),
+    config_to_hf=config_to_hf,
+)

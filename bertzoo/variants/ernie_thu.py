@@ -32,8 +32,9 @@ from bertzoo.config import ModelConfig, PretrainConfig, preset_config
 from bertzoo.data.pretraining.collate_entities import ENTITY_MASK, ENTITY_REPLACE, EntityMaskingCollator, check_shares
 from bertzoo.errors import ConfigError
 from bertzoo.io import read_entities
-from bertzoo.models.ernie_thu import ErnieThu
+from bertzoo.models.ernie_thu import ErnieThu, ErnieThuConfig
 from bertzoo.objectives.knowledge import KnowledgeLM
+from bertzoo.variants.family import Family
 
 # The paper's base model: 6 T-encoder + 6 K-encoder layers of BERT-base, 100-wide TransE entity vectors with 4
 # heads. mini (BERT-mini's shape, the top 2 of 4 layers fusing) trains on a CPU; tiny (1 + 1) is for tests. The
@@ -74,7 +75,7 @@ def model_config(spec: dict[str, Any]) -> ModelConfig:
         layers = spec.get("num_layers", PRESETS.get(spec.get("preset"), {}).get("num_layers", ModelConfig.num_layers))
         if isinstance(layers, int) and layers > 0:
             spec["knowledge_layers"] = max(1, layers // 2)
-    return preset_config(spec, PRESETS, variant="ernie-thu", family="ERNIE-THU", defaults=DEFAULTS)
+    return preset_config(spec, PRESETS, variant="ernie-thu", family="ERNIE-THU", defaults=DEFAULTS, cls=ErnieThuConfig)
 
 
 def _uses_dea(objective: str) -> bool:
@@ -211,3 +212,23 @@ def config_to_hf(config: ModelConfig, architectures: list[str] | None = None) ->
             stacklevel=2,
         )
     return bert.config_to_hf(config, architectures)
+
+
+FAMILY = Family(
+    name="ernie-thu",
+    title="ERNIE-THU",
+    presets=PRESETS,
+    model_config=model_config,
+    objectives=OBJECTIVES,
+    default_objective=DEFAULT_OBJECTIVE,
+    build=build,
+    examples=examples,
+    config_class=ErnieThuConfig,
+    defaults=DEFAULTS,
+    encoder_class=ErnieThu,
+    pretraining_classes=(KnowledgeLM,),
+    pretraining_model=pretraining_model,
+    collator=collator,
+    hf=(HF,),
+    config_to_hf=config_to_hf,
+)

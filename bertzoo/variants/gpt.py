@@ -28,6 +28,7 @@ from bertzoo.interop.hf_keys import REQUIRED, HFFamily
 from bertzoo.models.encoder import Encoder
 from bertzoo.nn.adapter import has_adapters
 from bertzoo.objectives.clm import CausalLM
+from bertzoo.variants.family import Family
 
 # GPT-1: 12 layers of 768, 512 positions, post-norm (the paper's sizes, vocabulary of its 40,478 BPE
 # tokens); GPT-2 small (124M): the same widths, 1024 positions, pre-norm (50,257 tokens). Pretraining
@@ -322,3 +323,23 @@ def export_hf(module: nn.Module, directory: str | Path) -> Path | None:
     hf_config = config_to_hf(config, [arch])
     hf_state = hf_keys.state_to_hf(state, config, family, prefix=prefix)
     return io.write_model_dir(directory, hf_state, hf_config)
+
+
+FAMILY = Family(
+    name="gpt",
+    title="GPT",
+    presets=PRESETS,
+    model_config=model_config,
+    objectives=OBJECTIVES,
+    default_objective=DEFAULT_OBJECTIVE,
+    build=build,
+    examples=examples,
+    defaults=DEFAULTS,
+    pretraining_classes=(CausalLM,),
+    pretraining_model=pretraining_model,
+    collator=collator,
+    hf_family_for=hf_family_for,
+    export_hf=export_hf,
+    hf=HF_FAMILIES,
+    config_to_hf=config_to_hf,
+)

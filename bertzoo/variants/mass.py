@@ -27,7 +27,9 @@ from torch import nn
 
 from bertzoo.config import ModelConfig, preset_config
 from bertzoo.errors import ConfigError
+from bertzoo.models.encdec import EncoderDecoder, EncoderDecoderConfig
 from bertzoo.objectives.seq2seq_lm import EncoderDecoderLM
+from bertzoo.variants.family import Family
 
 # The paper: 6 + 6 layers of 1024 (4096 feed-forward). mini and tiny are CPU-sized (tiny for tests).
 PRESETS: dict[str, dict[str, Any]] = {
@@ -69,7 +71,7 @@ INPUT_FORMATS = ("full_sentences", "doc_sentences")  # the first is the default
 
 def model_config(spec: dict[str, Any]) -> ModelConfig:
     """A ModelConfig from `{"preset": name, **overrides}` (or plain fields)."""
-    return preset_config(spec, PRESETS, variant="mass", family="MASS", defaults=DEFAULTS)
+    return preset_config(spec, PRESETS, variant="mass", family="MASS", defaults=DEFAULTS, cls=EncoderDecoderConfig)
 
 
 def model_defaults(tokenizer: Any) -> dict[str, Any]:
@@ -107,3 +109,22 @@ def collator(cfg: Any, tokenizer: Any) -> Any:
 def pretraining_model(raw: dict[str, Any], config: ModelConfig, state: dict[str, torch.Tensor]) -> nn.Module:
     """The (empty) module a MASS checkpoint loads into (bertzoo.loading.load_pretraining)."""
     return EncoderDecoderLM(config)
+
+
+FAMILY = Family(
+    name="mass",
+    title="MASS",
+    presets=PRESETS,
+    model_config=model_config,
+    objectives=OBJECTIVES,
+    default_objective=DEFAULT_OBJECTIVE,
+    build=build,
+    examples=examples,
+    config_class=EncoderDecoderConfig,
+    defaults=DEFAULTS,
+    pretraining_classes=(EncoderDecoderLM, EncoderDecoder),
+    pretraining_model=pretraining_model,
+    collator=collator,
+    model_defaults=model_defaults,
+    attention="encoder-decoder",
+)

@@ -19,6 +19,7 @@ from bertzoo.interop.hf_keys import HFFamily
 from bertzoo.models.encoder import Encoder
 from bertzoo.objectives.mlm import MaskedLM
 from bertzoo.variants.bert import BERT_ENCODER_KEYS, BERT_QKV
+from bertzoo.variants.family import Family
 
 # base and large are the paper's; the smaller ones reuse BERT's compact sizes (Turc et al. 2019).
 PRESETS: dict[str, dict[str, Any]] = {
@@ -128,3 +129,18 @@ def config_to_hf(config: ModelConfig, architectures: list[str] | None = None) ->
     pad = config.pad_token_id
     hf_keys.check_exportable(config, "roberta", offset=pad + 1, offset_name=f"pad_token_id + 1 = {pad + 1}")
     return hf_keys.config_to_hf(config, HF, architectures)
+
+
+FAMILY = Family(
+    name="roberta",
+    title="RoBERTa",
+    presets=PRESETS,
+    model_config=model_config,
+    objectives=OBJECTIVES,
+    default_objective=DEFAULT_OBJECTIVE,
+    build=build,
+    examples=examples,
+    defaults=DEFAULTS,
+    hf=(HF,),
+    config_to_hf=config_to_hf,
+)

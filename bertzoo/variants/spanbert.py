@@ -25,6 +25,7 @@ from bertzoo.config import ModelConfig, PretrainConfig, is_number, preset_config
 from bertzoo.errors import ConfigError
 from bertzoo.models.encoder import Encoder
 from bertzoo.objectives.span import SpanBoundaryLM
+from bertzoo.variants.family import Family
 
 # BERT's sizes: the paper trains base and large; the small ones are for experiments on a laptop.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -121,3 +122,20 @@ def pretraining_model(raw: dict[str, Any], config: ModelConfig, state: dict[str,
 # Hugging Face counterpart, is left out because BERT's key map does not name it.
 HF = bert.HF
 config_to_hf = bert.config_to_hf
+
+
+FAMILY = Family(
+    name="spanbert",
+    title="SpanBERT",
+    presets=PRESETS,
+    model_config=model_config,
+    objectives=OBJECTIVES,
+    default_objective=DEFAULT_OBJECTIVE,
+    build=build,
+    examples=examples,
+    pretraining_classes=(SpanBoundaryLM,),
+    pretraining_model=pretraining_model,
+    collator=collator,
+    hf=(HF,),
+    config_to_hf=config_to_hf,
+)

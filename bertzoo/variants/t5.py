@@ -39,11 +39,12 @@ import bertzoo.io as io
 from bertzoo.config import ModelConfig, preset_config
 from bertzoo.errors import CheckpointError, ConfigError
 from bertzoo.interop.hf_keys import REQUIRED, HFFamily, TensorMap
-from bertzoo.models.encdec import EncoderDecoder
+from bertzoo.models.encdec import EncoderDecoder, EncoderDecoderConfig
 from bertzoo.models.encoder import Encoder
 from bertzoo.nn import CrossAttention, FeedForward, RelativePositionBias, RMSNorm, SelfAttention
 from bertzoo.nn.adapter import has_adapters
 from bertzoo.objectives.seq2seq_lm import EncoderDecoderLM
+from bertzoo.variants.family import Family
 
 # The paper's small and base (t5-small: 60M parameters, t5-base: 220M, with the 32,128-piece vocabulary);
 # mini and tiny are CPU-sized (tiny for tests).
@@ -109,7 +110,7 @@ INPUT_FORMATS = ("full_sentences", "doc_sentences")  # the first is the default
 
 def model_config(spec: dict[str, Any]) -> ModelConfig:
     """A ModelConfig from `{"preset": name, **overrides}` (or plain fields)."""
-    return preset_config(spec, PRESETS, variant="t5", family="T5", defaults=DEFAULTS)
+    return preset_config(spec, PRESETS, variant="t5", family="T5", defaults=DEFAULTS, cls=EncoderDecoderConfig)
 
 
 def init_t5_weights(model: nn.Module, factor: float) -> None:
@@ -418,3 +419,27 @@ def export_hf(module: nn.Module, directory: str | Path) -> Path | None:
     hf_config = config_to_hf(config, [arch])
     hf_state = hf_keys.state_to_hf(state, config, HF)
     return io.write_model_dir(directory, hf_state, hf_config)
+
+
+FAMILY = Family(
+    name="t5",
+    title="T5",
+    presets=PRESETS,
+    model_config=model_config,
+    objectives=OBJECTIVES,
+    default_objective=DEFAULT_OBJECTIVE,
+    build=build,
+    examples=examples,
+    config_class=EncoderDecoderConfig,
+    defaults=DEFAULTS,
+    pretraining_classes=(EncoderDecoderLM, EncoderDecoder),
+    pretraining_model=pretraining_model,
+    collator=collator,
+    model_defaults=model_defaults,
+    run_tokenizer=run_tokenizer,
+    export_hf=export_hf,
+    attention="encoder-decoder",
+    ends_sequences=True,
+    hf=(HF,),
+    config_to_hf=config_to_hf,
+)

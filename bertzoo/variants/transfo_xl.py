@@ -21,8 +21,9 @@ from torch import nn
 
 from bertzoo.config import ModelConfig, PretrainConfig, preset_config
 from bertzoo.errors import CheckpointError, ConfigError
-from bertzoo.models.transfo_xl import TransfoXL
+from bertzoo.models.transfo_xl import TransfoXL, TransfoXLConfig
 from bertzoo.objectives.recurrent_lm import RecurrentLM
+from bertzoo.variants.family import Family
 
 # tiny for tests, mini for a CPU; base and large are the paper's WikiText-103 sizes (their adaptive softmax and
 # embeddings are left out: one plain softmax over the tokenizer's vocabulary).
@@ -81,7 +82,9 @@ DEFAULT_OBJECTIVE = "clm"
 
 def model_config(spec: dict[str, Any]) -> ModelConfig:
     """A ModelConfig from `{"preset": name, **overrides}` (or plain fields)."""
-    return preset_config(spec, PRESETS, variant="transfo-xl", family="Transformer-XL", defaults=DEFAULTS)
+    return preset_config(
+        spec, PRESETS, variant="transfo-xl", family="Transformer-XL", defaults=DEFAULTS, cls=TransfoXLConfig
+    )
 
 
 def build(config: ModelConfig, objective: str = DEFAULT_OBJECTIVE, **args: Any) -> RecurrentLM:
@@ -238,3 +241,23 @@ def _from_hf(state: dict[str, torch.Tensor], config: ModelConfig) -> dict[str, t
             out[f"layers.{i}.{key}"] = state[name]
     out["lm_bias"] = state.get("crit.out_layers.0.bias", torch.zeros(config.vocab_size))
     return out
+
+
+FAMILY = Family(
+    name="transfo-xl",
+    title="Transformer-XL",
+    presets=PRESETS,
+    model_config=model_config,
+    objectives=OBJECTIVES,
+    default_objective=DEFAULT_OBJECTIVE,
+    build=build,
+    examples=examples,
+    config_class=TransfoXLConfig,
+    defaults=DEFAULTS,
+    encoder_class=TransfoXL,
+    pretraining_classes=(RecurrentLM,),
+    pretraining_model=pretraining_model,
+    collator=collator,
+    attention=None,
+    config_to_hf=config_to_hf,
+)

@@ -30,6 +30,7 @@ from bertzoo.config import ModelConfig, PretrainConfig, check_objective_args, pr
 from bertzoo.errors import ConfigError
 from bertzoo.models.encoder import Encoder
 from bertzoo.objectives.mlm import MaskedLM
+from bertzoo.variants.family import Family
 
 # BERT's sizes. The paper's UniLM is BERT-large; base and the small ones are for smaller budgets.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -122,3 +123,19 @@ def collator(cfg: PretrainConfig, tokenizer):
 # export writes BertModel / BertForMaskedLM keys and a BertConfig with its type_vocab_size.
 HF = bert.HF
 config_to_hf = bert.config_to_hf
+
+
+FAMILY = Family(
+    name="unilm",
+    title="UniLM",
+    presets=PRESETS,
+    model_config=model_config,
+    objectives=OBJECTIVES,
+    default_objective=DEFAULT_OBJECTIVE,
+    build=build,
+    examples=examples,
+    defaults=DEFAULTS,
+    collator=collator,
+    hf=(HF,),
+    config_to_hf=config_to_hf,
+)

@@ -28,8 +28,9 @@ import bertzoo.io as io
 from bertzoo.config import ModelConfig, PretrainConfig, preset_config
 from bertzoo.errors import CheckpointError, ConfigError
 from bertzoo.interop.hf_keys import HFFamily, TensorMap
-from bertzoo.models.xlnet import XLNet, layout_problems
+from bertzoo.models.xlnet import XLNet, XLNetConfig, layout_problems
 from bertzoo.objectives.plm import PermutationLM
+from bertzoo.variants.family import Family
 
 # The paper's base and large (vocabulary of its 32,000 SentencePiece pieces; pretraining sets vocab_size
 # from the tokenizer); mini is CPU-sized, tiny for tests.
@@ -59,7 +60,7 @@ DEFAULT_OBJECTIVE = "plm"
 
 def model_config(spec: dict[str, Any]) -> ModelConfig:
     """A ModelConfig from `{"preset": name, **overrides}` (or plain fields)."""
-    return preset_config(spec, PRESETS, variant="xlnet", family="XLNet", defaults=DEFAULTS)
+    return preset_config(spec, PRESETS, variant="xlnet", family="XLNet", defaults=DEFAULTS, cls=XLNetConfig)
 
 
 def build(config: ModelConfig, objective: str = DEFAULT_OBJECTIVE, **args: Any) -> PermutationLM:
@@ -274,3 +275,26 @@ def export_hf(module: nn.Module, directory: str | Path) -> Path | None:
     if arch == "XLNetLMHeadModel":  # the backbone sits under `transformer.` in the heads model
         hf_state = {k if k.startswith(HEAD_PREFIX) else HF.base + k: v for k, v in hf_state.items()}
     return io.write_model_dir(directory, hf_state, hf_config)
+
+
+FAMILY = Family(
+    name="xlnet",
+    title="XLNet",
+    presets=PRESETS,
+    model_config=model_config,
+    objectives=OBJECTIVES,
+    default_objective=DEFAULT_OBJECTIVE,
+    build=build,
+    examples=examples,
+    config_class=XLNetConfig,
+    defaults=DEFAULTS,
+    encoder_class=XLNet,
+    pretraining_classes=(PermutationLM,),
+    pretraining_model=pretraining_model,
+    collator=collator,
+    model_defaults=model_defaults,
+    export_hf=export_hf,
+    attention="two-stream",
+    hf=(HF,),
+    config_to_hf=config_to_hf,
+)

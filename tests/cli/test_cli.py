@@ -142,7 +142,7 @@ def test_python_dash_m_entry_point():
 
 def test_override_values_are_not_taken_for_the_config_file(synthetic_shards, tmp_path):
     """`pretrain --model.preset bert-tiny ...` with no YAML: every value stays with its flag."""
-    from bertzoo.cli import split_overrides
+    from bertzoo.cli.common import split_overrides
 
     rest, overrides = split_overrides(["pretrain", "--model.preset", "bert-tiny", "--resume", "auto", "--train.lr=1"])
     assert rest == ["pretrain", "--resume", "auto"]

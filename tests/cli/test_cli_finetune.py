@@ -46,7 +46,7 @@ def run(tmp_path_factory):
 
 
 def ours_logits(model_dir: Path, texts: list[str]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    from bertzoo.train.finetune import load_finetuned
+    from bertzoo.loading import load_finetuned
 
     task, model, _ = load_finetuned(model_dir)
     feats = task.featurize([{"text": t} for t in texts], "predict")

@@ -557,7 +557,7 @@ def test_disk_full_during_a_checkpoint_keeps_earlier_ones(synthetic_shards, refe
 
 
 def test_cli_turns_os_errors_into_one_line(tmp_path, capsys, monkeypatch):
-    import bertzoo.cli as cli
+    import bertzoo.cli.info as info_command
 
     blocker = tmp_path / "file"
     blocker.write_text("x")
@@ -570,7 +570,7 @@ def test_cli_turns_os_errors_into_one_line(tmp_path, capsys, monkeypatch):
     def full(args):
         raise OSError(errno.ENOSPC, "No space left on device", "/runs/x/metrics.jsonl")
 
-    monkeypatch.setattr(cli, "cmd_info", full)
+    monkeypatch.setattr(info_command, "run", full)
     assert main(["info", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [

@@ -251,7 +251,7 @@ def test_state_to_hf_and_back_is_the_identity(variant, extra) -> None:
 
     module = get_variant(variant)
     config = module.model_config({**TINY, "vocab_size": 99, **extra})
-    objective = "mlm" if variant == "electra" else module.DEFAULT_OBJECTIVE
+    objective = "mlm" if variant == "electra" else module.default_objective
     state = module.build(config, objective).state_dict()
     hf_state = state_to_hf(state, config, prefix="bert.")
     back, unused = state_from_hf(hf_state, config)

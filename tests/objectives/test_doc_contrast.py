@@ -10,8 +10,9 @@ import random
 import pytest
 import torch
 
-from bertzoo.config import ConfigError, load_pretrain_config
+from bertzoo.config import load_pretrain_config
 from bertzoo.data.tokens.shards import prepare_shards
+from bertzoo.errors import ConfigError
 from bertzoo.loading import load_pretraining
 from bertzoo.models.encoder import Encoder
 from bertzoo.nn.masks import halves_mask

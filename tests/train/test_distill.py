@@ -386,7 +386,7 @@ def _task_cfg(teacher, out, **over) -> DistillConfig:
 def test_task_distilbert_student_is_a_finetuned_model(task_teacher, tmp_path):
     from bertzoo.loading import load_finetuned
     from bertzoo.train.distill import distill
-    from bertzoo.train.finetune import evaluate_model
+    from bertzoo.train.evaluate import evaluate_model
 
     report = distill(_task_cfg(task_teacher["model"], tmp_path / "run"))
     assert report["layers_from_teacher"] == [0, 3]

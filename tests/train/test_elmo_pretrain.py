@@ -14,7 +14,8 @@ from safetensors.torch import load_file
 from test_pretrain import assert_resume_is_exact, tiny_config
 
 from bertzoo.batch import IGNORE_INDEX
-from bertzoo.config import ConfigError, load_pretrain_config
+from bertzoo.config import load_pretrain_config
+from bertzoo.errors import ConfigError
 from bertzoo.loading import load, load_encoder, load_pretraining
 from bertzoo.models.elmo import Elmo, char_table
 from bertzoo.objectives.bilm import BidirectionalLM, bilm_targets

@@ -240,8 +240,9 @@ def task_files(tmp_path_factory) -> dict[str, str]:
 
 
 def test_finetune_end_to_end(tmp_path: Path, task_files) -> None:
+    from bertzoo.loading import load_finetuned
     from bertzoo.models.encoder import Encoder
-    from bertzoo.train.finetune import finetune, load_finetuned
+    from bertzoo.train.finetune import finetune
 
     cfg = tiny_finetune_config(task_files, tmp_path, early_stopping_patience=3)
     summary = finetune(cfg)
@@ -280,7 +281,8 @@ def test_finetune_end_to_end(tmp_path: Path, task_files) -> None:
 
 
 def test_finetune_with_techniques(tmp_path: Path, task_files) -> None:
-    from bertzoo.train.finetune import finetune, load_finetuned
+    from bertzoo.loading import load_finetuned
+    from bertzoo.train.finetune import finetune
 
     cfg = tiny_finetune_config(task_files, tmp_path / "llrd", epochs=2)
     cfg.technique = TechniqueConfig(layer_lr_decay=0.5)

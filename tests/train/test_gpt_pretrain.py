@@ -12,7 +12,8 @@ import torch
 from test_pretrain import assert_resume_is_exact, tiny_config
 
 from bertzoo.batch import IGNORE_INDEX
-from bertzoo.config import ConfigError, MaskingConfig
+from bertzoo.config import MaskingConfig
+from bertzoo.errors import ConfigError
 from bertzoo.objectives.clm import CausalLM
 from bertzoo.train.pretrain import build_pretraining, fixed_eval_batches, pretrain
 

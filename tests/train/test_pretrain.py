@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from safetensors.torch import load_file
 
-from bertzoo.config import ConfigError, load_pretrain_config
+from bertzoo.config import load_pretrain_config
 from bertzoo.engine.loop import Trainer
+from bertzoo.errors import ConfigError
 from bertzoo.train.pretrain import build_pretraining, fixed_eval_batches, pretrain
 
 TINY_MODEL = {"preset": "bert-tiny", "hidden_size": 32, "num_heads": 2, "intermediate_size": 64, "max_position": 64}

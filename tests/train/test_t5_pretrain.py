@@ -17,8 +17,8 @@ from safetensors.torch import load_file
 from test_pretrain import tiny_config
 
 from bertzoo.batch import IGNORE_INDEX
-from bertzoo.config import ConfigError
 from bertzoo.data.tokens.tokenizer import Tokenizer
+from bertzoo.errors import ConfigError
 from bertzoo.objectives.seq2seq_lm import EncoderDecoderLM
 from bertzoo.train.pretrain import build_pretraining, pretrain
 

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from test_pretrain import assert_resume_is_exact, tiny_config
 
 from bertzoo.batch import Batch
-from bertzoo.config import ConfigError
+from bertzoo.errors import ConfigError
 from bertzoo.loading import load_encoder, load_pretraining
 from bertzoo.models.transfo_xl import TransfoXL
 from bertzoo.objectives.recurrent_lm import RecurrentLM

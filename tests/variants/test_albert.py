@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from bertzoo.batch import IGNORE_INDEX, Batch
-from bertzoo.config import ConfigError, load_pretrain_config
+from bertzoo.config import load_pretrain_config
 from bertzoo.data.pretraining.examples import IN_ORDER, SWAPPED, SopDataset
 from bertzoo.data.tokens.shards import ShardedCorpus, prepare_shards
 from bertzoo.engine.loop import Trainer
-from bertzoo.errors import CheckpointError
+from bertzoo.errors import CheckpointError, ConfigError
 from bertzoo.hub import export_hf, load_encoder, load_pretraining
 from bertzoo.train.pretrain import build_pretraining
 from bertzoo.variants import albert

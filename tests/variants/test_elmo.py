@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 from bertzoo.batch import Batch
 from bertzoo.config import ModelConfig, from_dict
 from bertzoo.errors import ConfigError
-from bertzoo.models.elmo import Elmo, char_table
+from bertzoo.models.elmo import Elmo, ElmoConfig, char_table
 from bertzoo.nn.scalar_mix import ScalarMix
 from bertzoo.objectives.bilm import BidirectionalLM
 from bertzoo.variants.elmo import model_config
@@ -76,7 +76,7 @@ def test_paper_preset_has_the_papers_sizes() -> None:
 @pytest.mark.parametrize("name", ["elmo", "elmo-mini", "elmo-tiny"])
 def test_configs_survive_json(name: str) -> None:
     config = preset(name)
-    assert from_dict(ModelConfig, json.loads(json.dumps(config.to_dict()))) == config
+    assert from_dict(ElmoConfig, json.loads(json.dumps(config.to_dict()))) == config
     with pytest.raises(ConfigError, match="wider than max_chars=3"):
         preset(name, max_chars=3, char_filters=[*config.char_filters, [4, 1]])
 

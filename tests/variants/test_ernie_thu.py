@@ -18,7 +18,7 @@ from bertzoo.data.pretraining.collate_entities import EntityMaskingCollator
 from bertzoo.data.pretraining.collate_mlm import PretrainingCollator
 from bertzoo.errors import ConfigError
 from bertzoo.models.encoder import Encoder
-from bertzoo.models.ernie_thu import ErnieThu, KnowledgeLayer
+from bertzoo.models.ernie_thu import ErnieThu, ErnieThuConfig, KnowledgeLayer
 from bertzoo.objectives.knowledge import KnowledgeLM
 
 BERT = dict(vocab_size=97, hidden_size=32, num_layers=3, num_heads=4, intermediate_size=64, max_position=64)
@@ -28,7 +28,7 @@ SPECIAL = (0, 1, 2, 3, 4)  # pad, unk, cls, sep, mask
 
 def ernie(seed=0, **over) -> ErnieThu:
     torch.manual_seed(seed)
-    return ErnieThu(ModelConfig(**{**THU, **over})).eval()
+    return ErnieThu(ErnieThuConfig(**{**THU, **over})).eval()
 
 
 def inputs(seed=0, batch=2, seq=11):
@@ -151,7 +151,7 @@ def test_entity_attention_reads_only_positions_that_hold_an_entity():
 
 def knowledge_lm(seed=0, **over) -> KnowledgeLM:
     torch.manual_seed(seed)
-    model = KnowledgeLM(ErnieThu(ModelConfig(**{**THU, **over})), sentence_task=None)
+    model = KnowledgeLM(ErnieThu(ErnieThuConfig(**{**THU, **over})), sentence_task=None)
     table = torch.randn(THU["num_entities"], THU["entity_size"])
     model.encoder.set_entity_table(table / table.norm(dim=-1, keepdim=True))  # unit vectors, as TransE's
     return model
@@ -313,9 +313,9 @@ def test_config_errors_are_one_line():
     ]
     for over, text in cases:
         with pytest.raises(ConfigError, match=text) as info:
-            ModelConfig(**{**THU, **over})
+            ErnieThuConfig(**{**THU, **over})
         assert "\n" not in str(info.value)
-    assert ModelConfig(**BERT).knowledge_layers == 0  # other models are unchanged
+    assert not hasattr(ModelConfig(**BERT), "knowledge_layers")  # other models are unchanged
 
 
 def kg_dir(tmp_path, count=20, width=12):

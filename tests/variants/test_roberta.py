@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from bertzoo.batch import IGNORE_INDEX, Batch
-from bertzoo.config import ConfigError, DataConfig, MaskingConfig, load_pretrain_config
+from bertzoo.config import DataConfig, MaskingConfig, load_pretrain_config
 from bertzoo.data.pretraining.collate_mlm import PretrainingCollator
 from bertzoo.data.pretraining.examples import DocSentencesDataset, FullSentencesDataset, pretraining_dataset
 from bertzoo.data.pretraining.token_batches import TokenBudgetDataset, pack_token_budget
 from bertzoo.data.tokens.shards import ShardedCorpus
 from bertzoo.engine.loop import Trainer
-from bertzoo.errors import CheckpointError
+from bertzoo.errors import CheckpointError, ConfigError
 from bertzoo.hub import export_hf, load_encoder, load_pretraining
 from bertzoo.train.pretrain import build_pretraining
 from bertzoo.variants import get_variant, roberta
@@ -343,4 +343,4 @@ def test_pretraining_runs_from_the_mini_config(synthetic_shards, tmp_path, fmt):
     assert summary["steps"] == 4
     final = load_pretraining(tmp_path / "final")
     assert final.config.variant == "roberta" and final.objective_name == "mlm"
-    assert get_variant("roberta") is roberta
+    assert get_variant("roberta") is roberta.FAMILY

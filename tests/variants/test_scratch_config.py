@@ -17,9 +17,9 @@ TOKENIZER = SimpleNamespace(vocab_size=123, pad_id=3, mask_id=7)
 
 
 def test_vocabulary_and_padding_come_from_the_tokenizer_unless_the_spec_sets_them() -> None:
-    config = scratch_config(bert, {"preset": "bert-tiny"}, TOKENIZER)
+    config = scratch_config(bert.FAMILY, {"preset": "bert-tiny"}, TOKENIZER)
     assert (config.vocab_size, config.pad_token_id) == (123, 3)
-    config = scratch_config(bert, {"preset": "bert-tiny", "vocab_size": 200, "pad_token_id": 0}, TOKENIZER)
+    config = scratch_config(bert.FAMILY, {"preset": "bert-tiny", "vocab_size": 200, "pad_token_id": 0}, TOKENIZER)
     assert (config.vocab_size, config.pad_token_id) == (200, 0)
 
 
@@ -34,7 +34,7 @@ def test_family_fields_from_the_tokenizer() -> None:
 
 def test_model_config_of_defaults_to_bert_and_names_an_unknown_variant() -> None:
     variant, _ = model_config_of({"preset": "bert-tiny"}, TOKENIZER)
-    assert variant is bert
+    assert variant is bert.FAMILY
     with pytest.raises(ConfigError, match="unknown variant 'bret'"):
         model_config_of({"variant": "bret"}, TOKENIZER)
 

@@ -15,7 +15,7 @@ from bertzoo import loading
 from bertzoo.batch import IGNORE_INDEX, Batch
 from bertzoo.config import ModelConfig
 from bertzoo.errors import ConfigError
-from bertzoo.models.encdec import EncoderDecoder, shift_right
+from bertzoo.models.encdec import EncoderDecoder, EncoderDecoderConfig, shift_right
 from bertzoo.models.encoder import Encoder
 from bertzoo.nn import RMSNorm, attend, relative_position_bucket
 from bertzoo.objectives.seq2seq_lm import EncoderDecoderLM
@@ -49,7 +49,7 @@ def source(seed: int = 0, shape: tuple[int, int] = (3, 11)) -> tuple[torch.Tenso
 
 
 def test_presets_have_t5s_layouts_and_parameter_counts() -> None:
-    assert VARIANTS["t5"] is t5
+    assert VARIANTS["t5"] is t5.FAMILY
     small = t5.model_config({"preset": "t5-small"})
     assert (small.num_layers, small.num_decoder_layers, small.hidden_size, small.num_heads) == (6, 6, 512, 8)
     assert (small.intermediate_size, small.head_dim, small.vocab_size) == (2048, 64, 32128)
@@ -113,7 +113,7 @@ def test_the_initialisation_is_t5s_fan_in_scaling() -> None:
 )
 def test_the_config_refuses_what_cannot_be_built(fields, message) -> None:
     with pytest.raises(ConfigError, match=message):
-        ModelConfig(**{"vocab_size": VOCAB, "hidden_size": 32, "num_heads": 4, **fields})
+        EncoderDecoderConfig(**{"vocab_size": VOCAB, "hidden_size": 32, "num_heads": 4, **fields})
 
 
 def test_existing_configs_keep_their_defaults() -> None:
@@ -125,8 +125,10 @@ def test_existing_configs_keep_their_defaults() -> None:
         False,
         0,
     )
-    assert c.attention_head_size is None and c.attention_scale is None and c.num_decoder_layers == 0
-    assert not c.is_encoder_decoder and c.head_dim == 64
+    assert (
+        c.attention_head_size is None and c.attention_scale is None and EncoderDecoderConfig().num_decoder_layers == 0
+    )
+    assert not c.is_encoder_decoder and not EncoderDecoderConfig().is_encoder_decoder and c.head_dim == 64
     assert ModelConfig(hidden_size=30, num_heads=4, attention_head_size=8).head_dim == 8  # d_kv need not divide
 
 

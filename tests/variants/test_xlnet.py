@@ -48,7 +48,7 @@ def examples(n: int, length: int, seed: int = 0) -> list[dict]:
 
 
 def test_presets_have_the_papers_sizes_and_the_variant_is_registered() -> None:
-    assert VARIANTS["xlnet"] is xlnet
+    assert VARIANTS["xlnet"] is xlnet.FAMILY
     base = xlnet.model_config({"preset": "xlnet-base"})
     assert (base.num_layers, base.hidden_size, base.num_heads, base.intermediate_size) == (12, 768, 12, 3072)
     assert base.vocab_size == 32000 and base.position == "none" and not base.pooler
