@@ -19,13 +19,13 @@ so that every gain is against the same architecture from random init. With `--se
 fine-tuning repeat with seeds 0..N-1 and the table gives mean +- sd. Finished stages under --out
 are reused; a fine-tuning recipe other than the table's (the --ft-* options) gets its own directories
 beside the table's, so both are kept. Writes results.json / results.md and, with --docs, the table
-into docs/variants.md (one block per fine-tuning recipe).
+into docs/results.md (one block per fine-tuning recipe).
 Last line: JSON `{"families": {name: {"dev_accuracy", "dev_accuracy_sd", "random_arm", "vs_random_arm"}},
 "random_init": {...}, "random_arms": {arm: {...}}, "seeds": N, "ratio": BERT's dev accuracy over random
 init's}`.
 
     python benchmarks/objectives_small.py --quick                  # every family, tiny budget: < 15 min
-    python benchmarks/objectives_small.py --seeds 3 --docs          # the recorded run (docs/variants.md)
+    python benchmarks/objectives_small.py --seeds 3 --docs          # the recorded run (docs/results.md)
     python benchmarks/objectives_small.py --seeds 3 --docs --ft-examples 0   # the same, fine-tuned on all
 """
 
@@ -84,7 +84,7 @@ def finetune_dir(args) -> str:
 
 
 def markers(ft_dir: str = "finetune") -> tuple[str, str]:
-    """Where the table of a fine-tuning recipe goes in docs/variants.md."""
+    """Where the table of a fine-tuning recipe goes in docs/results.md."""
     name = "results" if ft_dir == "finetune" else f"results-{ft_dir.removeprefix('finetune-')}"
     return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
 
@@ -313,7 +313,7 @@ def main() -> None:
     examples, length, lr, epochs, pooling, _ = TABLE_RECIPE  # the fine-tuning recipe of docs/pretraining.md
     add_finetune_args(ap, epochs=epochs, lr=lr, examples=examples, length=length, pooling=pooling)
     ap.add_argument("--out", default="runs/objectives_small")
-    ap.add_argument("--docs", action="store_true", help="write the table into docs/variants.md")
+    ap.add_argument("--docs", action="store_true", help="write the table into docs/results.md")
     ap.add_argument("--quick", action="store_true", help="every family, a tiny budget, one seed: < 15 min")
     ap.add_argument(
         "--no-table",
@@ -352,7 +352,7 @@ def main() -> None:
     (out / f"results{suffix}.md").write_text(text + "\n")
     print(text)
     if args.docs:
-        write_docs(Path("docs/variants.md"), text, ft_dir)
+        write_docs(Path("docs/results.md"), text, ft_dir)
     random_init = summary.pop(RANDOM_INIT)
     random_arms = {arm: summary.pop(arm) for arm in list(summary) if arm.startswith(RANDOM_INIT)}
     for name in summary:

@@ -17,7 +17,7 @@ MLM head projects back to E and its decoder is the shared word table.
 `embedding_sharing: disentangled` is DeBERTaV3's gradient-disentangled embedding sharing (He et al. 2021) in
 place of the paper's plain sharing: the discriminator reads E_D = sg(E_G) + delta, so its RTD gradient never
 moves the generator's word table E_G, which learns from the masked LM alone (they found the two losses pull the
-shared table in a "tug of war"; on a CPU budget: docs/variants.md). Only the word table is disentangled.
+shared table in a "tug of war"; on a CPU budget: docs/families.md). Only the word table is disentangled.
 
 Stages (`stage`): "joint" (the paper's default) trains both; "generator" trains the generator alone
 (MLM, the discriminator is not run); "discriminator" freezes the generator, gives the discriminator
@@ -140,7 +140,7 @@ class Discriminator(nn.Module):
         From 0 (p = 0.5) the first steps' gradient says "fewer replaced" at every position, a push that lands
         on the encoder while the discriminator has no features that tell replacements apart; a bias at the
         prior leaves only the informative part. (Measured at 500 CPU steps: no effect on fine-tuning on its
-        own; docs/variants.md.)"""
+        own; docs/families.md.)"""
         if not is_number(share) or not 0 < share < 1:
             raise ConfigError(f"objective_args.rtd_prior must be a replaced share in (0, 1), got {share!r}")
         with torch.no_grad():

@@ -2,7 +2,7 @@
 
 loss = MLM cross-entropy + sbo_weight x SBO cross-entropy, both averaged over the masked tokens (sbo_weight 1
 in the paper). With `sbo_start` > 0 the SBO term joins only at that fraction of training (before it, weight 0):
-at a CPU budget SBO's gradient into the encoder holds masked LM on the unigram plateau (docs/variants.md), and
+at a CPU budget SBO's gradient into the encoder holds masked LM on the unigram plateau (docs/families.md), and
 it does no harm once masked LM has left it. The MLM part is
 `MaskedLM`'s own (`MaskedLM.mlm_loss`); the SBO part runs the same loss with `SpanBoundaryHead`.
 Single-sequence training: no NSP head.

@@ -225,7 +225,7 @@ def test_a_corpus_without_word_pairs_is_a_config_error(tmp_path) -> None:
 
 @pytest.mark.parametrize("family", ["bert", "electra", "xlnet", "unilm", "t5", "mass", "transformer-xl"])
 def test_the_measured_configs_keep_the_count_based_start(family) -> None:
-    """These families' CPU-budget figures were measured from the PPMI + SVD start (docs/variants.md,
+    """These families' CPU-budget figures were measured from the PPMI + SVD start (docs/families.md,
     docs/generation.md; XLNet-, UniLM-, T5- and MASS-mini beat their random init only with it): a shipped config that
     dropped it would no longer be the recipe its figures describe."""
     cfg = load_pretrain_config(f"configs/pretrain/{family}-mini.yaml")
