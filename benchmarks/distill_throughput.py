@@ -71,7 +71,7 @@ def default_models(preset: str | None = None):
 
 
 def load_models(teacher_dir: str, student_dirs: list[str]):
-    from bertzoo.data.text.builtin import BUILTIN_TASKS
+    from bertzoo.data.tasks.builtin import BUILTIN_TASKS
     from bertzoo.loading import load_finetuned
 
     task, teacher, tokenizer = load_finetuned(teacher_dir)
@@ -84,7 +84,7 @@ def load_models(teacher_dir: str, student_dirs: list[str]):
 
 def texts(n: int, dataset: str) -> list[str] | None:
     try:
-        from bertzoo.data.text.builtin import load_builtin_task
+        from bertzoo.data.tasks.builtin import load_builtin_task
 
         return [ex["text"] for ex in load_builtin_task(dataset, "dev")[:n]]
     except Exception:  # no data package: random ids of realistic lengths instead

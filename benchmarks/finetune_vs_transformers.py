@@ -193,7 +193,7 @@ def lockstep(args: argparse.Namespace, *, max_steps: int | None = None, evaluate
     import transformers
 
     from bertzoo.config import FinetuneConfig, TaskDataConfig, TrainConfig
-    from bertzoo.data.text.builtin import load_builtin_task
+    from bertzoo.data.tasks.builtin import load_builtin_task
     from bertzoo.engine.loop import Trainer
     from bertzoo.hub import load_encoder
     from bertzoo.tasks.classification import ClassificationTask

@@ -1,13 +1,15 @@
-"""The data pipeline: raw text -> documents -> WordPiece shards -> examples -> masked batches.
+"""The data pipeline, one folder per stage: raw text -> documents (`text/`) -> tokens and shards (`tokens/`) ->
+pretraining examples and masked batches (`pretraining/`); fine-tuning data is `tasks/`.
 
-docs = read_documents(["builtin:wiki-en"])                 # corpus.py / builtin.py
-tok = train_wordpiece(docs, 30000)                         # tokenizer.py
-prepare_shards(read_documents(["builtin:wiki-en"]), tok, "data/wiki")   # shards.py
-ds = NspDataset(ShardedCorpus("data/wiki"), tok.special, 128, seed=0)  # examples.py
-collate = PretrainingCollator(tok, MaskingConfig(), seed=0)            # collate.py, masking.py
+docs = read_documents(["builtin:wiki-en"])                              # text/corpus.py, text/builtin.py
+tok = train_wordpiece(docs, 30000)                                      # tokens/tokenizer.py
+prepare_shards(read_documents(["builtin:wiki-en"]), tok, "data/wiki")   # tokens/shards.py
+ds = NspDataset(ShardedCorpus("data/wiki"), tok, 128, seed=0)           # pretraining/examples.py
+collate = PretrainingCollator(tok, MaskingConfig(), seed=0)             # pretraining/collate_mlm.py, masking.py
 """
 
-from bertzoo.data.pretraining.collate_mlm import PretrainingCollator, pad_batch
+from bertzoo.batch import pad_batch
+from bertzoo.data.pretraining.collate_mlm import PretrainingCollator
 from bertzoo.data.pretraining.examples import EpochPlan, NspDataset, build_plan
 from bertzoo.data.pretraining.masking import SELECTORS, corrupt, mask_tokens, select_tokens
 from bertzoo.data.rng import KeyedRNG, integers, uniform

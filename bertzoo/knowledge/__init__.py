@@ -1,1 +1,2 @@
-"""bertzoo/knowledge."""
+"""Knowledge graphs for ERNIE (Tsinghua): reading and splitting graphs (`graphs`), TransE entity vectors
+(`transe`), and linking the entities a text mentions (`linking`)."""

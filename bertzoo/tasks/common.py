@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from bertzoo.batch import pad_batch
 from bertzoo.config import FinetuneConfig
-from bertzoo.data.pretraining.collate_mlm import pad_batch
+from bertzoo.data.tasks.builtin import BUILTIN_TASKS, BuiltinTask, load_builtin_task
 from bertzoo.data.tasks.readers import Kind, LabelType, read_examples
-from bertzoo.data.text.builtin import BUILTIN_TASKS, BuiltinTask, load_builtin_task
 from bertzoo.data.text.corpus import BUILTIN_PREFIX
 from bertzoo.errors import ConfigError, DataError
 

@@ -25,9 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertzoo.batch import Batch
+from bertzoo.batch import Batch, pad_batch
 from bertzoo.config import FinetuneConfig
-from bertzoo.data.pretraining.collate_mlm import pad_batch
 from bertzoo.errors import ConfigError, DataError
 from bertzoo.metrics.squad import squad_evaluate
 from bertzoo.models.heads import SpanHead

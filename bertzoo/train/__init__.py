@@ -1,29 +1,10 @@
-"""Training: the loop, optimizer and schedules, resumable sampling, crash-safe checkpoints, metrics."""
+"""The recipes: each assembles a run from the layers below and hands it to the engine (`bertzoo.engine`).
 
-from bertzoo.engine.checkpoint import load_checkpoint, save_checkpoint
-from bertzoo.engine.logs import MetricsWriter, RunningAverage, plot_metrics
-from bertzoo.engine.loop import Trainer
-from bertzoo.engine.manifest import find_latest_checkpoint, verify_checkpoint
-from bertzoo.engine.optim import build_optimizer, build_scheduler, param_groups
-from bertzoo.engine.sampler import ResumableBatchSampler
-from bertzoo.engine.weights import NonFiniteModelError
-from bertzoo.errors import CheckpointError
-from bertzoo.io import write_atomic
-
-__all__ = [
-    "CheckpointError",
-    "MetricsWriter",
-    "NonFiniteModelError",
-    "ResumableBatchSampler",
-    "RunningAverage",
-    "Trainer",
-    "build_optimizer",
-    "build_scheduler",
-    "find_latest_checkpoint",
-    "load_checkpoint",
-    "param_groups",
-    "plot_metrics",
-    "save_checkpoint",
-    "verify_checkpoint",
-    "write_atomic",
-]
+* `pretrain`: shards -> a family's examples and collator -> its pretraining module -> Trainer;
+* `finetune`: tokenizer + encoder + task -> features -> techniques -> Trainer -> report (`evaluate`: scoring and
+  batch prediction with a fine-tuned model);
+* `distill`: teacher + student (`students`) -> distillation phases, with the teacher's logits and the augmented
+  data cached on disk (`teacher_cache`, `augment_cache`);
+* `generate`: text from a seq2seq model or a left-to-right LM; `embed`: sentence vectors from an encoder;
+* `transe`: TransE entity vectors of a knowledge graph (`bertzoo kg-embed`).
+"""

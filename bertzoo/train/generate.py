@@ -62,7 +62,7 @@ def generate_file(
 ) -> int:
     """Generate for every JSONL line of `input_path` into `output_path` (same order, `id` carried over,
     written atomically); returns the number of lines. `generation`: GenerationConfig fields."""
-    from bertzoo.data.pretraining.collate_mlm import pad_batch
+    from bertzoo.batch import pad_batch
     from bertzoo.data.tokens.tokenizer import Tokenizer
     from bertzoo.train.evaluate import map_jsonl, predict_file, to_device
 

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The GPU checks of one lent device session (docs/performance.md, "GPU"): the whole test suite with CUDA visible
+# The GPU checks of one GPU machine (docs/performance.md): the whole test suite with CUDA visible
 # (every Trainer picks `device: auto` = cuda), then the same-process speed benchmarks on the GPU. Data packages
 # that are not in the device image travel in .gpu_site (copied from .venv; see docs/performance.md).
 # Usage there: bash scripts/gpu/check.sh OUT_DIR

@@ -1,5 +1,5 @@
-# Sourced by the scripts run on a lent GPU (gpu_check.sh, gpu_sweep.sh, gpu_t5_sweep.sh; docs/performance.md,
-# "GPU"): the import path with the data packages carried in .gpu_site, the interpreter ($py), and what the machine
+# Sourced by the scripts run on a GPU machine (check.sh, sweep.sh, t5_sweep.sh; docs/performance.md): the
+# import path with the data packages carried in .gpu_site, the interpreter ($py), and what the machine
 # is, printed first so that every log names its device. Call it from the repository root.
 export PYTHONPATH=$PWD:$PWD/.gpu_site PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 py=${PYTHON:-python3}

@@ -1,6 +1,6 @@
 #!/bin/bash
-# A recipe sweep on one lent GPU (docs/performance.md, "GPU"): each job is `scripts/studies/family_vs_random.py` at a CPU
-# token budget, pretrained against random init with one fine-tuning recipe, so a 15-minute device loan tries the
+# A recipe sweep on one GPU (docs/performance.md): each job is `scripts/studies/family_vs_random.py` at a CPU
+# token budget, pretrained against random init with one fine-tuning recipe, so 15 minutes of one GPU try the
 # levers a 2-core CPU needs an hour each for. A lever that wins here is then confirmed on the CPU over seeds;
 # figures from this sweep are GPU figures and are reported as such. Jobs run in order until the deadline; each
 # job's last JSON line is appended to OUT/sweep.jsonl, so a run cut short keeps what finished.
@@ -14,7 +14,7 @@ source scripts/gpu/env.sh
 # recipe than the table's (every training example, 128 tokens, lr 5e-4; the table: 2,000 examples, 64, 1e-3).
 table="--tokens ${TABLE_TOKENS:-2048000} --seeds 0 1 --ft-lr 5e-4 --ft-examples ${FT_EXAMPLES:-0} --ft-len 128 \
 --ft-epochs 2 --ft-pooling mean"
-# XLNet's own study (docs/variants.md): 1.8M tokens, the script's default fine-tuning recipe.
+# XLNet's own study (docs/families.md): 1.8M tokens, the script's default fine-tuning recipe.
 xlnet="--tokens ${XLNET_TOKENS:-1800000} --seeds 0 1 --ft-examples ${FT_EXAMPLES:-2000}"
 jobs=(
   "configs/pretrain/electra-mini.yaml $table"

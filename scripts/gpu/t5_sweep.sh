@@ -1,5 +1,5 @@
 #!/bin/bash
-# T5's position question on one lent GPU (docs/generation.md, "The cause"): how large a pretraining budget, and
+# T5's position question on one GPU (docs/generation.md): how large a pretraining budget, and
 # whether the `relative_bias_init: local` start, lets T5-mini with relative positions alone write wiki-titles.
 # Each job is `scripts/studies/generation_study.py --families t5 --seeds 0` at one step budget (one --out per budget,
 # since a pretraining directory is named by its --set overrides, not its steps); the random-init arm is fine-tuned

@@ -1,6 +1,6 @@
 """Fine-tuned accuracy against pretraining budget: where each family starts to pay off, and where ELECTRA
-catches up with BERT (issue 11, item 5: "if the paper's ordering does not hold, show with a curve over the
-budget where it starts to").
+catches up with BERT: where the ELECTRA paper's ordering does not hold at a small budget, the curve over the
+budget shows where it starts to.
 
 Each budget is one `benchmarks/objectives_small.py` run (the same corpus, tokenizers, recipes and
 fine-tuning as the equal-budget table), kept in `--out/s<sequences>`; the tokenizer shards and the

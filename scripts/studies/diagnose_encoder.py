@@ -24,7 +24,7 @@ import json
 import torch
 import torch.nn.functional as F
 
-from bertzoo.data.text.builtin import load_builtin_task
+from bertzoo.data.tasks.builtin import load_builtin_task
 from bertzoo.data.tokens.tokenizer import Tokenizer
 from bertzoo.loading import load_encoder
 from bertzoo.nn import masked_mean

@@ -32,7 +32,7 @@ from typing import Any
 from zh_ner import prepare_text, run
 
 from bertzoo.config import load_finetune_config
-from bertzoo.data.text.builtin import load_builtin_task
+from bertzoo.data.tasks.builtin import load_builtin_task
 from bertzoo.loading import read_config
 from bertzoo.precision import cpu_capability
 from bertzoo.train.finetune import finetune

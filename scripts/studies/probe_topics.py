@@ -17,7 +17,7 @@ import random
 import numpy as np
 import torch
 
-from bertzoo.data.text.builtin import load_builtin_task
+from bertzoo.data.tasks.builtin import load_builtin_task
 from bertzoo.data.tokens.tokenizer import Tokenizer
 from bertzoo.loading import load_encoder
 from bertzoo.models.encoder import Encoder

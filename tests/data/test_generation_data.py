@@ -10,7 +10,8 @@ import sys
 import pytest
 from task_helpers import make_cfg, small_tokenizer
 
-from bertzoo.data.text.builtin import BUILTIN_TASKS, load_builtin_task, wiki_split
+from bertzoo.data.tasks.builtin import BUILTIN_TASKS, load_builtin_task
+from bertzoo.data.text.builtin import wiki_split
 from bertzoo.errors import ConfigError, DataError
 from bertzoo.metrics.generation import RougeTokenizer, bleu_tokenization, generation_metrics
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from bertzoo.batch import IGNORE_INDEX, Batch
+from bertzoo.batch import IGNORE_INDEX, Batch, pad_batch
 from bertzoo.config import MaskingConfig
 from bertzoo.data import rng
-from bertzoo.data.pretraining.collate_mlm import PretrainingCollator, pad_batch
+from bertzoo.data.pretraining.collate_mlm import PretrainingCollator
 from bertzoo.data.pretraining.masking import SELECTORS, corrupt, mask_tokens, num_to_select, select_tokens
 from bertzoo.data.tokens.tokenizer import SpecialIds
 from bertzoo.errors import ConfigError

@@ -17,10 +17,10 @@ from torch import nn
 
 from bertzoo.batch import IGNORE_INDEX, Batch
 from bertzoo.config import TrainConfig
+from bertzoo.engine import MetricsWriter, ResumableBatchSampler, RunningAverage, Trainer
 from bertzoo.engine.manifest import list_checkpoints
 from bertzoo.errors import BertzooError, ConfigError
 from bertzoo.objectives.base import ObjectiveOutput
-from bertzoo.train import MetricsWriter, ResumableBatchSampler, RunningAverage, Trainer
 
 VOCAB, SEQ = 24, 8
 

@@ -14,6 +14,7 @@ from torch import nn
 
 from bertzoo.batch import Batch
 from bertzoo.config import ModelConfig, TechniqueConfig, TrainConfig
+from bertzoo.engine import Trainer
 from bertzoo.engine.optim import build_optimizer, build_scheduler
 from bertzoo.errors import ConfigError
 from bertzoo.hub import load_encoder
@@ -29,7 +30,6 @@ from bertzoo.tasks.techniques import (
     freeze_encoder,
     layerwise_lr_groups,
 )
-from bertzoo.train import Trainer
 
 VOCAB, LAYERS = 40, 3
 

@@ -14,10 +14,10 @@ from safetensors.torch import load_file
 from test_techniques import TinyClassifier, collate, tiny_encoder, toy_data
 
 from bertzoo.config import FinetuneConfig, TaskDataConfig, TechniqueConfig, TrainConfig
+from bertzoo.engine import Trainer
 from bertzoo.engine.manifest import list_checkpoints
 from bertzoo.engine.sampler import LengthBucketSampler, ResumableBatchSampler, bucketed_order
 from bertzoo.errors import ConfigError
-from bertzoo.train import Trainer
 
 # Tiny models: one thread (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("one_thread")

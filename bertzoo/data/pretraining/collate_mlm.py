@@ -9,31 +9,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertzoo.batch import IGNORE_INDEX, Batch
+from bertzoo.batch import IGNORE_INDEX, Batch, pad_batch
 from bertzoo.config import MaskingConfig
 from bertzoo.data.pretraining.masking import Selector, mask_tokens
 from bertzoo.data.tokens.tokenizer import SpecialIds, Tokenizer
 from bertzoo.errors import ConfigError, DataError
 
-__all__ = ["CausalLMCollator", "CollatedInputs", "PretrainingCollator", "flatten_bins", "pad_batch"]
-
-
-def pad_batch(
-    sequences: Sequence[np.ndarray], pad_id: int, pad_to_multiple_of: int = 1
-) -> tuple[np.ndarray, np.ndarray]:
-    """Stack 1-D int sequences into (batch, length) int64 padded with `pad_id`; also the lengths.
-
-    `length` is the longest sequence rounded up to a multiple of `pad_to_multiple_of` (tensor
-    cores and fused kernels run faster on multiples of 8).
-    """
-    lengths = np.fromiter((len(s) for s in sequences), dtype=np.int64, count=len(sequences))
-    m = max(1, int(pad_to_multiple_of))
-    length = -(-int(lengths.max(initial=0)) // m) * m
-    out = np.full((len(sequences), length), pad_id, dtype=np.int64)
-    if len(sequences):
-        # One boolean scatter instead of a Python loop over rows.
-        out[np.arange(length)[None, :] < lengths[:, None]] = np.concatenate([np.asarray(s) for s in sequences])
-    return out, lengths
+__all__ = ["CausalLMCollator", "CollatedInputs", "PretrainingCollator", "flatten_bins"]
 
 
 def flatten_bins(examples: Sequence[dict[str, Any]] | Sequence[list[dict[str, Any]]]) -> list[dict[str, Any]]:

@@ -58,9 +58,9 @@ import numpy as np
 import torch
 
 import bertzoo.data.rng as rng
-from bertzoo.batch import IGNORE_INDEX, Batch
+from bertzoo.batch import IGNORE_INDEX, Batch, pad_batch
 from bertzoo.config import MaskingConfig, is_number
-from bertzoo.data.pretraining.collate_mlm import flatten_bins, pad_batch
+from bertzoo.data.pretraining.collate_mlm import flatten_bins
 from bertzoo.data.pretraining.masking import corrupt, mask_tokens
 from bertzoo.data.tokens.tokenizer import SpecialIds, Tokenizer
 from bertzoo.errors import ConfigError, DataError
