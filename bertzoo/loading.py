@@ -151,7 +151,7 @@ def empty_encoder(config: ModelConfig) -> nn.Module:
 def load_encoder(path: str | Path) -> Encoder:
     """The Encoder of any model directory: a bertzoo encoder, pretraining checkpoint (ELECTRA: its
     discriminator) or fine-tuned model, or a Hugging Face model of a supported `model_type`; a family
-    whose backbone is not an Encoder builds its own (`encoder_model`: XLNet, ELMo)."""
+    whose backbone is not an Encoder builds its own (`Family.encoder_class`: XLNet, ELMo)."""
     directory = resolve(path)
     _, config, state, _ = read_checkpoint(directory)
     # An ELECTRA pretraining checkpoint holds a generator and a discriminator: the discriminator is the encoder.

@@ -108,3 +108,21 @@ def minilm_vocab() -> Path:
     if not path.is_file():
         pytest.skip(f"{path} is missing")
     return path
+
+
+@pytest.fixture(scope="module")
+def topic_corpus(tmp_path_factory) -> tuple[Path, object]:
+    """Shards of the made-up topic language (helpers/learning.py) and its whole-word tokenizer."""
+    from bertzoo.data.tokens.shards import prepare_shards
+    from bertzoo.data.tokens.tokenizer import SPECIAL_TOKENS, Tokenizer
+
+    from helpers.learning import FUNCTION_WORDS, TOPICS, K, document
+
+    root = tmp_path_factory.mktemp("topics")
+    r = random.Random(1)
+    docs = [document(r.randrange(K), r) for _ in range(2000)]
+    vocab = [*SPECIAL_TOKENS, "."] + [w for topic in TOPICS for w in topic] + FUNCTION_WORDS
+    (root / "vocab.txt").write_text("".join(t + "\n" for t in vocab), encoding="utf-8")
+    tokenizer = Tokenizer.from_vocab(root / "vocab.txt")
+    prepare_shards(docs, tokenizer, root / "shards", progress=False)
+    return root / "shards", tokenizer

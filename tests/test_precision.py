@@ -7,10 +7,11 @@ import warnings
 
 import pytest
 import torch
-from test_pretrain import tiny_config
 
 from bertzoo import precision as P
 from bertzoo.train.pretrain import pretrain
+
+from helpers.pretrain import tiny_config
 
 CPU = torch.device("cpu")
 

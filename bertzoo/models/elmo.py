@@ -9,7 +9,7 @@ directions. The representations ELMo hands to a downstream model are every layer
 states, mixed by `bertzoo.nn.scalar_mix.ScalarMix`; the language-model loss is
 `bertzoo.objectives.bilm`.
 
-The sizes are ModelConfig's ELMo block (char_filters, max_chars, char_embedding_size, highway_layers,
+The sizes are `ElmoConfig`'s fields (char_filters, max_chars, char_embedding_size, highway_layers,
 lstm_size; hidden_size is the projection, num_layers the LSTM layers per direction); the presets and the
 pretraining recipe are the variant's (`bertzoo.variants.elmo`).
 """

@@ -3,7 +3,7 @@ backward LSTM language models (`bertzoo.models.elmo.Elmo`), pretrained with the 
 (`bertzoo.objectives.bilm.BidirectionalLM`: the mean of the next-token and previous-token cross-entropies,
 one softmax for both directions).
 
-Its sizes are ModelConfig's ELMo block (char_filters, max_chars, char_embedding_size, highway_layers,
+Its sizes are `ElmoConfig`'s fields (char_filters, max_chars, char_embedding_size, highway_layers,
 lstm_size) with hidden_size as the LSTM projection and num_layers the LSTM layers of each direction; the
 attention fields are not read. The character table is not a setting: it is spelled from the run's
 vocabulary (`use_tokenizer`) and saved with the weights as a buffer.
@@ -96,11 +96,6 @@ def use_tokenizer(module: BidirectionalLM | Elmo, tokenizer) -> None:
     elmo = module if isinstance(module, Elmo) else module.encoder
     with torch.no_grad():
         elmo.char_ids.copy_(char_table(tokenizer.vocab_list(), elmo.config.max_chars))
-
-
-def encoder_model(config: ModelConfig) -> Elmo:
-    """The (empty) backbone an ELMo directory loads into (bertzoo.loading.load_encoder)."""
-    return Elmo(config)
 
 
 def check_finetune(cfg: FinetuneConfig) -> None:

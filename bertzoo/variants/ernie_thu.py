@@ -136,12 +136,6 @@ def build(
     return model
 
 
-def encoder_model(config: ModelConfig) -> ErnieThu:
-    """The (empty) backbone an ERNIE-THU directory loads into (bertzoo.loading.load_encoder); the entity table
-    comes with the weights."""
-    return ErnieThu(config)
-
-
 def pretraining_model(raw: dict[str, Any], config: ModelConfig, state: dict[str, torch.Tensor]) -> nn.Module:
     """The (empty) module an ERNIE-THU pretraining checkpoint loads into (bertzoo.loading.load_pretraining)."""
     objective = raw.get("objective") or (

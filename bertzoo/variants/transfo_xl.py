@@ -102,11 +102,6 @@ def build(config: ModelConfig, objective: str = DEFAULT_OBJECTIVE, **args: Any) 
     return RecurrentLM(TransfoXL(config), **args)
 
 
-def encoder_model(config: ModelConfig) -> TransfoXL:
-    """The (empty) model a Transformer-XL directory's `encoder.*` weights load into (bertzoo.loading.load_encoder)."""
-    return TransfoXL(config)
-
-
 def pretraining_model(raw: dict[str, Any], config: ModelConfig, state: dict[str, torch.Tensor]) -> nn.Module:
     """The (empty) module a Transformer-XL pretraining checkpoint loads into (bertzoo.loading.load_pretraining)."""
     return RecurrentLM(TransfoXL(config), segment_len=raw.get("segment_len", 64), memory=raw.get("memory", True))

@@ -71,11 +71,6 @@ def build(config: ModelConfig, objective: str = DEFAULT_OBJECTIVE, **args: Any) 
     return PermutationLM(XLNet(config))
 
 
-def encoder_model(config: ModelConfig) -> XLNet:
-    """The (empty) backbone an XLNet encoder directory loads into (bertzoo.loading.load_encoder)."""
-    return XLNet(config)
-
-
 def pretraining_model(raw: dict[str, Any], config: ModelConfig, state: dict[str, torch.Tensor]) -> nn.Module:
     """The (empty) module an XLNet pretraining checkpoint loads into (bertzoo.loading.load_pretraining)."""
     return PermutationLM(XLNet(config))

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from script_helpers import load_script
 
 from bertzoo.variants import bert
+
+from helpers.scripts import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "distill_throughput.py"
 

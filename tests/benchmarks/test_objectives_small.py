@@ -7,7 +7,8 @@ import multiprocessing
 from pathlib import Path
 
 import pytest
-from script_helpers import load_script
+
+from helpers.scripts import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "objectives_small.py"
 

@@ -9,7 +9,8 @@ import math
 from pathlib import Path
 
 import pytest
-from script_helpers import load_script
+
+from helpers.scripts import load_script
 
 pytest.importorskip("transformers")
 

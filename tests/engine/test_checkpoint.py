@@ -9,66 +9,25 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import save_model
-from torch import nn
 
 from bertzoo.config import TrainConfig
-from bertzoo.engine.checkpoint import load_checkpoint, safe_torch_load, save_checkpoint
+from bertzoo.engine.checkpoint import load_checkpoint, safe_torch_load
 from bertzoo.engine.manifest import find_latest_checkpoint, verify_checkpoint, write_manifest
-from bertzoo.engine.optim import build_optimizer, build_scheduler
+from bertzoo.engine.optim import build_optimizer
 from bertzoo.engine.weights import NonFiniteModelError
 from bertzoo.errors import CheckpointError
 from bertzoo.io import write_atomic
 
-
-class Net(nn.Module):
-    """A small model with tied weights and a save_pretrained like the real objectives."""
-
-    def __init__(self, dim: int = 6, extra: bool = False) -> None:
-        super().__init__()
-        self.emb = nn.Embedding(11, dim)
-        self.norm = nn.LayerNorm(dim)
-        self.out = nn.Linear(dim, 11)
-        self.out.weight = self.emb.weight
-        if extra:
-            self.more = nn.Linear(dim, dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out(self.norm(self.emb(x)))
-
-    def save_pretrained(self, directory: str | Path) -> None:
-        save_model(self, str(Path(directory) / "model.safetensors"))
-        (Path(directory) / "config.json").write_text(json.dumps({"dim": self.emb.embedding_dim}))
-
-
-def _setup(seed: int = 0, **kw):
-    torch.manual_seed(seed)
-    net = Net(**kw)
-    cfg = TrainConfig(lr=1e-2, warmup_steps=2, max_steps=10)
-    opt = build_optimizer(net, cfg)
-    sched = build_scheduler(opt, cfg, cfg.max_steps)
-    return net, opt, sched
-
-
-def _train(net, opt, sched, steps: int = 3) -> None:
-    for _ in range(steps):
-        x = torch.randint(0, 11, (4, 5))
-        loss = nn.functional.cross_entropy(net(x).flatten(0, 1), x.flatten())
-        loss.backward()
-        opt.step()
-        sched.step()
-        opt.zero_grad()
-
-
-def _save(out: Path, step: int, net, opt, sched, **kw) -> Path:
-    return save_checkpoint(out, step, net, opt, sched, {"epoch": 0, "note": "x"}, **kw)
+from helpers.checkpoint import save_run, setup_run, train_steps
 
 
 def test_roundtrip_restores_everything(tmp_path: Path) -> None:
-    net, opt, sched = _setup()
-    _train(net, opt, sched)
+    net, opt, sched = setup_run()
+    train_steps(net, opt, sched)
     extra_written = []
-    path = _save(tmp_path, 3, net, opt, sched, extra=lambda d: extra_written.append((d / "vocab.txt").write_text("a")))
+    path = save_run(
+        tmp_path, 3, net, opt, sched, extra=lambda d: extra_written.append((d / "vocab.txt").write_text("a"))
+    )
     # What comes next from each RNG after the save must come again after the load.
     expected_rng = (torch.rand(3), random.random())
 
@@ -86,7 +45,7 @@ def test_roundtrip_restores_everything(tmp_path: Path) -> None:
     assert names["vocab.txt"]["size"] == 1 and len(names["vocab.txt"]["sha256"]) == 64
     assert not [p for p in path.parent.iterdir() if p.name.startswith(".tmp-")]
 
-    net2, opt2, sched2 = _setup(seed=1)
+    net2, opt2, sched2 = setup_run(seed=1)
     state = load_checkpoint(path, net2, opt2, sched2)
     assert state["step"] == 3 and state["note"] == "x"
     for (n, a), b in zip(net.state_dict().items(), net2.state_dict().values(), strict=True):
@@ -99,33 +58,33 @@ def test_roundtrip_restores_everything(tmp_path: Path) -> None:
 
 
 def test_keep_last_rotation(tmp_path: Path) -> None:
-    net, opt, sched = _setup()
+    net, opt, sched = setup_run()
     for step in (1, 2, 3, 4):
-        _save(tmp_path, step, net, opt, sched, keep_last=2)
+        save_run(tmp_path, step, net, opt, sched, keep_last=2)
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert names == ["step-00000003", "step-00000004"]
 
 
 def test_failed_save_keeps_previous_checkpoints(tmp_path: Path) -> None:
-    net, opt, sched = _setup()
-    _save(tmp_path, 1, net, opt, sched, keep_last=1)
+    net, opt, sched = setup_run()
+    save_run(tmp_path, 1, net, opt, sched, keep_last=1)
 
     def broken_extra(directory: Path) -> None:
         (directory / "tokenizer.json").write_text("{")
         raise OSError("disk full")
 
     with pytest.raises(OSError, match="disk full"):
-        _save(tmp_path, 2, net, opt, sched, keep_last=1, extra=broken_extra)
+        save_run(tmp_path, 2, net, opt, sched, keep_last=1, extra=broken_extra)
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert names == ["step-00000001"]  # no partial step-2, no .tmp leftover, step-1 not rotated away
     assert find_latest_checkpoint(tmp_path) == tmp_path / "checkpoints" / "step-00000001"
 
 
 def test_latest_skips_tmp_and_damaged_checkpoints(tmp_path: Path) -> None:
-    net, opt, sched = _setup()
+    net, opt, sched = setup_run()
     root = tmp_path / "checkpoints"
     for step in (1, 2, 3, 4):
-        _save(tmp_path, step, net, opt, sched)
+        save_run(tmp_path, step, net, opt, sched)
     # An interrupted save of step 5 by a process that no longer exists.
     leftover = root / ".tmp-step-00000005-999999999"
     leftover.mkdir()
@@ -162,13 +121,13 @@ class Evil:
 
 
 def test_refuses_malicious_pickle(tmp_path: Path) -> None:
-    net, opt, sched = _setup()
-    path = _save(tmp_path, 1, net, opt, sched)
+    net, opt, sched = setup_run()
+    path = save_run(tmp_path, 1, net, opt, sched)
     marker = tmp_path / "pwned"
     torch.save({"optimizer": Evil(marker)}, path / "optimizer.pt")
     write_manifest(path, 1)  # a consistent manifest, as an attacker would publish it
 
-    net2, opt2, sched2 = _setup(seed=3)
+    net2, opt2, sched2 = setup_run(seed=3)
     before = {k: v.clone() for k, v in net2.state_dict().items()}
     with pytest.raises(CheckpointError, match="refusing to unpickle .*optimizer.pt"):
         load_checkpoint(path, net2, opt2, sched2)
@@ -179,20 +138,20 @@ def test_refuses_malicious_pickle(tmp_path: Path) -> None:
 
 
 def test_mismatched_model_names_keys(tmp_path: Path) -> None:
-    net, opt, sched = _setup()
-    path = _save(tmp_path, 1, net, opt, sched)
-    bigger, opt_b, sched_b = _setup(extra=True)
+    net, opt, sched = setup_run()
+    path = save_run(tmp_path, 1, net, opt, sched)
+    bigger, opt_b, sched_b = setup_run(extra=True)
     with pytest.raises(CheckpointError, match=r"missing keys: more\.bias, more\.weight"):
         load_checkpoint(path, bigger, opt_b, sched_b)
-    wider, opt_w, sched_w = _setup(dim=8)
+    wider, opt_w, sched_w = setup_run(dim=8)
     with pytest.raises(CheckpointError, match=r"shape mismatch: .*norm\.weight \[6\] vs model \[8\]"):
         load_checkpoint(path, wider, opt_w, sched_w)
 
 
 def test_optimizer_param_mismatch_is_clear(tmp_path: Path) -> None:
-    net, opt, sched = _setup()
-    path = _save(tmp_path, 1, net, opt, sched)
-    net2, _, _ = _setup()
+    net, opt, sched = setup_run()
+    path = save_run(tmp_path, 1, net, opt, sched)
+    net2, _, _ = setup_run()
     net2.norm.requires_grad_(False)  # frozen norm: fewer parameters in the optimizer
     opt2 = build_optimizer(net2, TrainConfig())
     with pytest.raises(CheckpointError, match=r"unexpected: norm\.bias, norm\.weight"):
@@ -200,11 +159,11 @@ def test_optimizer_param_mismatch_is_clear(tmp_path: Path) -> None:
 
 
 def test_non_finite_model_is_never_saved(tmp_path: Path) -> None:
-    net, opt, sched = _setup()
+    net, opt, sched = setup_run()
     with torch.no_grad():
         net.norm.bias[0] = float("nan")
     with pytest.raises(NonFiniteModelError, match=r"NaN/Inf values \(in norm\.bias\)"):
-        _save(tmp_path, 1, net, opt, sched)
+        save_run(tmp_path, 1, net, opt, sched)
     assert find_latest_checkpoint(tmp_path) is None
     assert not (tmp_path / "checkpoints").exists() or not any((tmp_path / "checkpoints").iterdir())
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 
@@ -20,13 +19,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from helpers.loop import free_port
+
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="gloo multi-process test runs on Linux")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run(shards, out, *, nproc: int, batch: int, extra=(), dropout: bool = False):

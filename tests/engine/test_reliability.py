@@ -255,7 +255,7 @@ def test_sigint_finishes_the_step_saves_and_exits_130(synthetic_shards, tmp_path
 
 
 def toy_trainer(tmp_path: Path, **cfg):
-    from test_train_loop import make_cfg, make_trainer
+    from helpers.loop import make_cfg, make_trainer
 
     return make_trainer(make_cfg(tmp_path, **cfg))
 

@@ -65,7 +65,7 @@ def close(a: torch.Tensor, b: torch.Tensor) -> None:
 
 
 def tokenizer_dir(tmp_path: Path) -> Path:
-    from test_finetune import write_task_files
+    from helpers.finetune import write_task_files
 
     return Path(write_task_files(tmp_path / "data")["tokenizer"])
 

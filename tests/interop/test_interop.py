@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from test_fuzz import VALID_HF_CONFIGS
 
 from bertzoo import io, loading
 from bertzoo.cli import main
 from bertzoo.config import FinetuneConfig, ModelConfig, to_plain
 from bertzoo.errors import CheckpointError
 from bertzoo.models.encoder import Encoder
+
+from helpers.hf import VALID_HF_CONFIGS
 
 TINY = {"vocab_size": 99, "hidden_size": 32, "num_layers": 2, "num_heads": 4, "intermediate_size": 37}
 
@@ -33,11 +34,11 @@ def one_error_line(capsys) -> str:
 
 
 def mean_pooled_classifier(tmp_path: Path, task: str = "classification"):
-    from test_finetune import write_task_files
-
     from bertzoo.data.tokens.tokenizer import Tokenizer
     from bertzoo.tasks import TASKS
     from bertzoo.train.finetune import build_encoder, build_model
+
+    from helpers.finetune import write_task_files
 
     tok_dir = Path(write_task_files(tmp_path / "data")["tokenizer"])
     tok = Tokenizer.load(tok_dir)
@@ -152,7 +153,7 @@ DAMAGE = {
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
 @pytest.mark.parametrize("command", ["info", "convert", "export", "finetune"])
 def test_a_damaged_hf_config_is_one_line_in_every_command(tmp_path, capsys, command, damage) -> None:
-    from test_finetune import write_task_files
+    from helpers.finetune import write_task_files
 
     key, value = DAMAGE[damage]
     raw = dict(HF_CONFIG)

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from script_helpers import load_script
+from helpers.scripts import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "studies" / "budget_curve.py"
 

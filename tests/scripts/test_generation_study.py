@@ -8,7 +8,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from script_helpers import load_script
+
+from helpers.scripts import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "studies" / "generation_study.py"
 

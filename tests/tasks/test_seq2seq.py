@@ -10,7 +10,6 @@ import random
 import numpy as np
 import pytest
 import torch
-from task_helpers import make_cfg, small_tokenizer, train_steps
 
 from bertzoo.batch import IGNORE_INDEX
 from bertzoo.config import ModelConfig
@@ -18,6 +17,9 @@ from bertzoo.errors import ConfigError, DataError
 from bertzoo.models.encoder import Encoder
 from bertzoo.tasks.seq2seq import Seq2SeqTask
 from bertzoo.variants import gpt
+
+from helpers.seq2seq import tiny_gpt
+from helpers.tasks import make_cfg, small_tokenizer, train_steps
 
 WORDS = ["red", "green", "blue", "cat", "dog", "bird", "runs", "sleeps", "sings", "the", "a", "big", "small"]
 
@@ -40,12 +42,6 @@ def copy_examples(n: int, seed: int) -> list[dict]:
         words = [rng.choice(WORDS) for _ in range(6)]
         out.append({"text": " ".join(words), "target": f"{words[1]} {words[0]}"})
     return out
-
-
-def tiny_gpt(vocab: int) -> torch.nn.Module:
-    torch.manual_seed(0)
-    spec = {"vocab_size": vocab, "hidden_size": 64, "num_layers": 2, "num_heads": 4, "intermediate_size": 128}
-    return gpt.build(gpt.model_config({**spec, "dropout": 0.0, "attention_dropout": 0.0})).encoder
 
 
 def tiny_bert(vocab: int) -> Encoder:

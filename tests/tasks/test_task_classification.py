@@ -9,7 +9,6 @@ import random
 import numpy as np
 import pytest
 import torch
-from task_helpers import LogitModel, fell, make_cfg, single_thread, small_tokenizer, tiny_encoder, train_steps
 
 from bertzoo.config import TechniqueConfig
 from bertzoo.data.tokens.tokenizer import Tokenizer
@@ -17,6 +16,8 @@ from bertzoo.errors import ConfigError, DataError
 from bertzoo.tasks import TASKS
 from bertzoo.tasks.classification import ClassificationModel, ClassificationTask
 from bertzoo.tasks.common import truncate_pair
+
+from helpers.tasks import LogitModel, fell, make_cfg, single_thread, small_tokenizer, tiny_encoder, train_steps
 
 GOOD = ["great", "wonderful", "excellent", "lovely", "superb"]
 BAD = ["awful", "terrible", "horrible", "boring", "dreadful"]

@@ -9,12 +9,13 @@ import random
 import numpy as np
 import pytest
 import torch
-from task_helpers import LogitModel, fell, make_cfg, single_thread, small_tokenizer, tiny_encoder, train_steps
 
 from bertzoo.data.tokens.tokenizer import Tokenizer
 from bertzoo.errors import ConfigError
 from bertzoo.tasks import TASKS
 from bertzoo.tasks.multiple_choice import MultipleChoiceTask
+
+from helpers.tasks import LogitModel, fell, make_cfg, single_thread, small_tokenizer, tiny_encoder, train_steps
 
 SWAG_HEADER = ",video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2,ending3,label\n"
 

@@ -9,7 +9,6 @@ import random
 import numpy as np
 import pytest
 import torch
-from task_helpers import LogitModel, fell, make_cfg, single_thread, small_tokenizer, tiny_encoder, train_steps
 
 from bertzoo.batch import IGNORE_INDEX
 from bertzoo.data.tokens.tokenizer import Tokenizer
@@ -22,6 +21,8 @@ from bertzoo.tasks.token_classification import (
     tags_for_types,
     word_windows,
 )
+
+from helpers.tasks import LogitModel, fell, make_cfg, single_thread, small_tokenizer, tiny_encoder, train_steps
 
 NAMES = ["alice", "bob", "carol", "dave", "johanson"]
 CITIES = ["paris", "london", "berlin", "madrid", "kyoto"]

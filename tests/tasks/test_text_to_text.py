@@ -13,10 +13,6 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from task_helpers import make_cfg, small_tokenizer
-from test_seq2seq import tiny_gpt
-from test_t5_finetune import MAPPING, WORDS, mapping_examples, tiny_t5, write_jsonl
-from test_t5_finetune import t5_run_config as run_config
 
 from bertzoo.data.tasks.mixture import Mixture
 from bertzoo.engine.sampler import LengthBucketSampler, ResumableBatchSampler
@@ -24,6 +20,10 @@ from bertzoo.errors import ConfigError, DataError
 from bertzoo.nn.adapter import AdaptedLinear, Adapter
 from bertzoo.tasks.seq2seq import EncoderDecoderTaskModel, Seq2SeqTask
 from bertzoo.tasks.techniques import GradualUnfreezing, apply_techniques
+
+from helpers.seq2seq import MAPPING, WORDS, mapping_examples, tiny_gpt, tiny_t5, write_jsonl
+from helpers.seq2seq import t5_run_config as run_config
+from helpers.tasks import make_cfg, small_tokenizer
 
 PREFIX_WORDS = ["summarize", "colour", "size"]
 # A second task over the same sources: the prefix alone says which target is wanted.

@@ -357,9 +357,9 @@ def small_vocab_teacher(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def task_teacher(tmp_path_factory) -> dict:
     """A tiny classifier fine-tuned by bertzoo (4 layers, 4 heads) on the synthetic JSONL task."""
-    from test_finetune import tiny_finetune_config, write_task_files
-
     from bertzoo.train.finetune import finetune
+
+    from helpers.finetune import tiny_finetune_config, write_task_files
 
     root = tmp_path_factory.mktemp("task-teacher")
     paths = write_task_files(root / "data")
@@ -403,11 +403,11 @@ def test_task_distilbert_student_is_a_finetuned_model(task_teacher, tmp_path):
 def test_the_student_pools_as_its_teacher_unless_told(task_teacher, tmp_path):
     """A mean-pooled teacher gives a mean-pooled student (its head was trained on that vector); an explicit
     technique.pooling wins."""
-    from test_finetune import tiny_finetune_config
-
     from bertzoo.loading import load_finetuned
     from bertzoo.train.distill import distill
     from bertzoo.train.finetune import finetune
+
+    from helpers.finetune import tiny_finetune_config
 
     cfg = tiny_finetune_config(task_teacher["paths"], tmp_path / "teacher", epochs=1, threads=1)
     cfg.technique.pooling = "mean"
@@ -556,7 +556,7 @@ def test_cli_distill_errors_exit_2(tmp_path, capsys):
 
 
 def _torchrun(config: Path, nproc: int, *extra: str) -> subprocess.CompletedProcess:
-    from test_distributed import free_port
+    from helpers.loop import free_port
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
     extra = (*extra, "--train.device", "cpu")  # gloo on the CPU, also where one GPU is visible

@@ -11,9 +11,6 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from task_helpers import make_cfg
-from test_finetune import tiny_finetune_config, write_task_files
-from test_xlnet_finetune import write_conll
 
 import bertzoo.io as io
 from bertzoo.batch import Batch
@@ -28,6 +25,9 @@ from bertzoo.tasks import get_task, output_width
 from bertzoo.tasks.techniques import apply_techniques, layerwise_lr_groups
 from bertzoo.train.finetune import build_encoder, build_model
 from bertzoo.variants import elmo
+
+from helpers.finetune import tiny_finetune_config, write_conll, write_task_files
+from helpers.tasks import make_cfg
 
 pytestmark = [
     pytest.mark.usefixtures("one_thread"),

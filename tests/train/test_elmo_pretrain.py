@@ -11,7 +11,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
-from test_pretrain import assert_resume_is_exact, tiny_config
 
 from bertzoo.batch import IGNORE_INDEX
 from bertzoo.config import load_pretrain_config
@@ -20,6 +19,8 @@ from bertzoo.loading import load, load_encoder, load_pretraining
 from bertzoo.models.elmo import Elmo, char_table
 from bertzoo.objectives.bilm import BidirectionalLM, bilm_targets
 from bertzoo.train.pretrain import build_pretraining, fixed_eval_batches, make_mlm_evaluator, pretrain
+
+from helpers.pretrain import assert_resume_is_exact, tiny_config
 
 pytestmark = [
     pytest.mark.usefixtures("one_thread"),

@@ -40,7 +40,7 @@ def kg_dir(root, names=NAMES, width=12):
 def pretrained(tmp_path):
     """A saved ERNIE-THU pretraining module (2 layers, both fusing: a fusion reaches [CLS] only through a later
     layer's attention) and its tokenizer."""
-    from task_helpers import small_tokenizer
+    from helpers.tasks import small_tokenizer
 
     tok = small_tokenizer(tmp_path, WORDS)
     kg, meta = kg_dir(tmp_path)

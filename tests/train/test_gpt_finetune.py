@@ -12,7 +12,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from task_helpers import make_cfg, single_thread, small_tokenizer, tiny_encoder, tiny_gpt, train_steps
 
 from bertzoo.batch import Batch
 from bertzoo.cli import main
@@ -24,6 +23,8 @@ from bertzoo.tasks.classification import ClassificationTask
 from bertzoo.tasks.multiple_choice import MultipleChoiceTask
 from bertzoo.tasks.qa import QAModel
 from bertzoo.tasks.token_classification import TokenClassificationModel
+
+from helpers.tasks import make_cfg, single_thread, small_tokenizer, tiny_encoder, tiny_gpt, train_steps
 
 GOOD = ["great", "wonderful", "excellent", "lovely"]
 BAD = ["awful", "terrible", "horrible", "dreadful"]
@@ -234,9 +235,9 @@ def test_tasks_that_read_every_token_refuse_a_causal_model(tok) -> None:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """`bertzoo finetune` of a tiny GPT on the synthetic three-topic task of test_finetune."""
-    from test_finetune import tiny_finetune_config, write_task_files
-
     from bertzoo.config import to_plain
+
+    from helpers.finetune import tiny_finetune_config, write_task_files
 
     root = tmp_path_factory.mktemp("gpt-ft")
     paths = write_task_files(root / "data")

@@ -9,13 +9,14 @@ import json
 import numpy as np
 import pytest
 import torch
-from test_pretrain import assert_resume_is_exact, tiny_config
 
 from bertzoo.batch import IGNORE_INDEX
 from bertzoo.config import MaskingConfig
 from bertzoo.errors import ConfigError
 from bertzoo.objectives.clm import CausalLM
 from bertzoo.train.pretrain import build_pretraining, fixed_eval_batches, pretrain
+
+from helpers.pretrain import assert_resume_is_exact, tiny_config
 
 GPT_TINY = {"preset": "gpt-tiny", "hidden_size": 32, "num_heads": 2, "intermediate_size": 64, "max_position": 64}
 

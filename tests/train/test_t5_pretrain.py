@@ -14,13 +14,14 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
-from test_pretrain import tiny_config
 
 from bertzoo.batch import IGNORE_INDEX
 from bertzoo.data.tokens.tokenizer import Tokenizer
 from bertzoo.errors import ConfigError
 from bertzoo.objectives.seq2seq_lm import EncoderDecoderLM
 from bertzoo.train.pretrain import build_pretraining, pretrain
+
+from helpers.pretrain import tiny_config
 
 T5_TINY = {"preset": "t5-tiny", "hidden_size": 32, "num_heads": 2, "intermediate_size": 64, "dropout": 0.0}
 

@@ -11,7 +11,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
-from test_pretrain import assert_resume_is_exact, tiny_config
 
 from bertzoo.batch import Batch
 from bertzoo.errors import ConfigError
@@ -21,6 +20,8 @@ from bertzoo.objectives.recurrent_lm import RecurrentLM
 from bertzoo.tasks.base import TaskModel
 from bertzoo.train.pretrain import build_pretraining, pretrain
 from bertzoo.variants.transfo_xl import build, model_config
+
+from helpers.pretrain import assert_resume_is_exact, tiny_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

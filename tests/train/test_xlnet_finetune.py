@@ -12,8 +12,6 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from task_helpers import make_cfg, single_thread, train_steps
-from test_finetune import FILLER, WORDS_A, WORDS_B, WORDS_C, tiny_finetune_config, write_task_files
 
 import bertzoo.io as io
 from bertzoo.cli import main
@@ -28,6 +26,9 @@ from bertzoo.tasks.classification import ClassificationTask
 from bertzoo.tasks.techniques import apply_techniques, layer_depths, layerwise_lr_groups, unfreezing_stages
 from bertzoo.train.finetune import build_model
 from bertzoo.variants import xlnet
+
+from helpers.finetune import FILLER, WORDS_A, WORDS_B, WORDS_C, tiny_finetune_config, write_conll, write_task_files
+from helpers.tasks import make_cfg, single_thread, train_steps
 
 NO_DROPOUT = {"dropout": 0.0, "attention_dropout": 0.0}
 
@@ -139,21 +140,6 @@ def test_cli_finetunes_an_xlnet_classifier(files, dirs, tmp_path) -> None:
 
 
 # ------------------------------------------------------------------------------------------ NER, QA
-
-TYPES = {"FRUIT": WORDS_A, "VEHICLE": WORDS_B, "COLOR": WORDS_C}
-
-
-def write_conll(path: Path, n: int, seed: int) -> str:
-    r = random.Random(seed)
-    lines = []
-    for _ in range(n):
-        for _ in range(r.randint(3, 9)):
-            kind = r.choice([*TYPES, "O", "O"])
-            word = r.choice(FILLER) if kind == "O" else r.choice(TYPES[kind])
-            lines.append(f"{word} {'O' if kind == 'O' else 'B-' + kind}")
-        lines.append("")
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return str(path)
 
 
 def write_squad(path: Path, n: int, seed: int) -> str:

@@ -7,12 +7,13 @@ import json
 
 import pytest
 import torch
-from test_pretrain import tiny_config
 
 from bertzoo.batch import IGNORE_INDEX
 from bertzoo.errors import ConfigError
 from bertzoo.objectives.seq2seq_lm import EncoderDecoderLM
 from bertzoo.train.pretrain import build_pretraining, pretrain
+
+from helpers.pretrain import tiny_config
 
 MASS_TINY = {"preset": "mass-tiny", "hidden_size": 32, "num_heads": 2, "intermediate_size": 64, "max_position": 64}
 

@@ -314,7 +314,7 @@ def test_bad_objective_args():
 
 
 def unilm_run_config(shards, out, **train):
-    from test_pretrain import tiny_config as bert_tiny_config
+    from helpers.pretrain import tiny_config as bert_tiny_config
 
     cfg = bert_tiny_config(shards, out, **train)
     cfg.variant = "unilm"

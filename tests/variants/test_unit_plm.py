@@ -8,13 +8,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_xlnet import SPECIAL, VOCAB, examples, leaks
 
 from bertzoo.batch import IGNORE_INDEX
 from bertzoo.config import load_pretrain_config
 from bertzoo.data.pretraining.collate_plm import PermutationLMCollator, unit_index
 from bertzoo.data.tokens.unit_flags import ENTITY_START, WORD_START
 from bertzoo.errors import ConfigError
+
+from helpers.xlnet import SPECIAL, VOCAB, examples, leaks
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -14,34 +14,20 @@ import torch
 from bertzoo.batch import IGNORE_INDEX
 from bertzoo.data.pretraining.collate_plm import PermutationLMCollator, factorisation_mask, sample_spans
 from bertzoo.data.rng import KeyedRNG
-from bertzoo.data.tokens.tokenizer import SpecialIds
 from bertzoo.errors import ConfigError
 from bertzoo.models.xlnet import XLNet, XLNetOutput, stream_masks
 from bertzoo.nn.relative_attention import signed_distances
 from bertzoo.nn.two_stream import TwoStreamAttention
 from bertzoo.variants import VARIANTS, xlnet
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+from helpers.xlnet import SPECIAL, VOCAB, examples, leaks
 
-VOCAB = 40
-SPECIAL = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny(**fields) -> xlnet.ModelConfig:
     spec = {"preset": "xlnet-tiny", "vocab_size": VOCAB, "hidden_size": 32, "intermediate_size": 48, "dropout": 0.0}
     return xlnet.model_config({**spec, "attention_dropout": 0.0, **fields})
-
-
-def examples(n: int, length: int, seed: int = 0) -> list[dict]:
-    """[CLS] a [SEP] b [SEP] blocks of random ordinary ids (5..VOCAB-1), lengths varying."""
-    r = np.random.default_rng(seed)
-    out = []
-    for i in range(n):
-        size = int(r.integers(length // 2, length + 1))
-        body = r.integers(5, VOCAB, size - 3).tolist()
-        cut = int(r.integers(1, size - 3))
-        out.append({"input_ids": [2, *body[:cut], 3, *body[cut:], 3], "index": i})
-    return out
 
 
 # --- presets and the variant table ------------------------------------------------------------------
@@ -200,27 +186,6 @@ def test_spans_cover_about_one_in_k_tokens_and_respect_the_longest_span() -> Non
     assert abs(np.mean(sample_spans(600, rng, 1 / 3, 1)) - 1 / 3) < 1e-9  # spans of 1 in contexts of 3
 
 
-def reachable(blocked: np.ndarray, layers: int) -> np.ndarray:
-    """(seq, seq) bool: the inputs whose content can reach query i's query stream after `layers` layers.
-    The content stream sees what the mask allows and itself; the query stream what the mask allows."""
-    seq = len(blocked)
-    content = ~blocked | np.eye(seq, dtype=bool)
-    reach = np.eye(seq, dtype=bool)  # content of layer 0 = the inputs
-    for _ in range(layers - 1):
-        reach = (content.astype(int) @ reach.astype(int)) > 0
-    return ((~blocked).astype(int) @ reach.astype(int)) > 0
-
-
-def leaks(blocked: np.ndarray, rank: np.ndarray, targets: np.ndarray, layers: int = 3) -> bool:
-    """Whether some target's query stream reads a target at or after it in the factorisation order."""
-    reach = reachable(blocked, layers)
-    for t in np.flatnonzero(targets):
-        for u in np.flatnonzero(targets):
-            if rank[u] >= rank[t] and reach[t, u]:
-                return True
-    return False
-
-
 def transformers_rule(rank: np.ndarray, targets: np.ndarray, functional: np.ndarray) -> np.ndarray:
     """DataCollatorForPermutationLanguageModeling's perm mask (transformers 4.x/5.x), for comparison."""
     index = np.where(~targets & ~functional, -1, rank)
@@ -376,12 +341,12 @@ def test_pretrain_runs_the_shipped_recipe_and_reloads(synthetic_shards, tmp_path
     and the final checkpoint loads back as a PermutationLM that exports to Hugging Face."""
     import json
 
-    from test_pretrain import tiny_config
-
     from bertzoo.config import load_pretrain_config
     from bertzoo.hub import export_hf, load_pretraining
     from bertzoo.objectives.plm import PermutationLM
     from bertzoo.train.pretrain import pretrain
+
+    from helpers.pretrain import tiny_config
 
     shipped = load_pretrain_config("configs/pretrain/xlnet-mini.yaml")
     cfg = tiny_config(synthetic_shards, tmp_path / "run", max_steps=200, eval_every=200, lr=3e-3)

@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from attention_helpers import MAT, TEXT, TOKENS, reference_attention, save_tiny_model, tiny_model, tiny_tokenizer
 
 from bertzoo.cli import main
 from bertzoo.errors import ConfigError, DataError
@@ -29,6 +28,8 @@ from bertzoo.visualize import (
     render_html,
     render_png,
 )
+
+from helpers.attention import MAT, TEXT, TOKENS, reference_attention, save_tiny_model, tiny_model, tiny_tokenizer
 
 DATA_SCRIPT = re.compile(r'<script type="application/json" id="attention-data">(.*?)</script>', re.S)
 

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from attention_helpers import MAT, TEXT, TOKENS, tiny_model, tiny_tokenizer
 
 from bertzoo.visualize import AttentionGroup, attention_groups, render_html
+
+from helpers.attention import MAT, TEXT, TOKENS, tiny_model, tiny_tokenizer
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (pip install -e '.[dev]')")
 Image = pytest.importorskip("PIL.Image", reason="needs Pillow (comes with matplotlib)")
@@ -220,7 +221,7 @@ def test_xlnets_query_stream_draws_no_line_to_itself_or_a_later_token(browser, t
     """XLNet's two groups: the group selector switches from the content stream (lines both ways) to the
     query stream in a given order, whose lines all go to tokens earlier in that order; the query predicted
     first has no line, says so on hover, and is a white row in its heat map."""
-    from test_visualize_xlnet import ORDER, tiny_xlnet
+    from helpers.xlnet import ORDER, tiny_xlnet
 
     content, query = attention_groups(tiny_xlnet(tokenizer), tokenizer, TEXT, order=ORDER)
     open_page(browser, tmp_path / "xlnet.html", render_html([content, query], text=TEXT))

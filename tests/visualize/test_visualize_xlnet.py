@@ -14,35 +14,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from attention_helpers import TEXT, TOKENS, save_tiny_model, tiny_tokenizer
-from task_helpers import make_cfg
 
 from bertzoo.cli import main
 from bertzoo.errors import ConfigError, DataError
 from bertzoo.models.xlnet import XLNet
 from bertzoo.tasks.classification import ClassificationTask
-from bertzoo.variants import xlnet
 from bertzoo.visualize import attention_groups, attention_html, render_png
+
+from helpers.attention import TEXT, TOKENS, save_tiny_model, tiny_tokenizer
+from helpers.tasks import make_cfg
+from helpers.xlnet import ORDER, tiny_xlnet
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 DATA_SCRIPT = re.compile(r'<script type="application/json" id="attention-data">(.*?)</script>', re.S)
 PAIR = "the dog ran"
 PAIR_TOKENS = [*TOKENS, "the", "dog", "ran", "[SEP]"]
-# A factorisation order of TEXT's 9 positions, written by hand: "on" (4) first, then [CLS], [SEP], ...
-ORDER = [4, 0, 8, 2, 6, 1, 3, 7, 5]
-
-
-def tiny_xlnet(tokenizer, *, causal: bool = False):
-    """A tiny random PermutationLM (XLNet + LM head) over the tiny vocabulary; weights large enough
-    (initializer_range 0.5) that the attention is far from uniform."""
-    spec = {"preset": "xlnet-tiny", "vocab_size": tokenizer.vocab_size, "hidden_size": 16, "num_heads": 2}
-    config = xlnet.model_config(
-        {**spec, "intermediate_size": 32, "dropout": 0.0, "attention_dropout": 0.0, "initializer_range": 0.5}
-        | {"causal": causal}
-    )
-    torch.manual_seed(0)
-    return xlnet.build(config).eval()
 
 
 @pytest.fixture(scope="module")
