@@ -32,7 +32,7 @@ from torch.utils.data import DataLoader
 from bertzoo.config import load_pretrain_config
 from bertzoo.data.text.corpus import read_documents
 from bertzoo.data.tokens.shards import prepare_shards
-from bertzoo.data.tokens.tokenizer import train_wordpiece
+from bertzoo.data.tokens.train_tokenizer import train_wordpiece
 from bertzoo.engine.sampler import ResumableBatchSampler
 from bertzoo.precision import autocast_dtype, cpu_capability, resolve_precision
 from bertzoo.train.pretrain import build_pretraining

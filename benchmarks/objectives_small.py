@@ -43,7 +43,8 @@ from typing import Any
 from bertzoo.config import load_finetune_config, load_pretrain_config
 from bertzoo.data.text.corpus import read_documents
 from bertzoo.data.tokens.shards import prepare_shards
-from bertzoo.data.tokens.tokenizer import Tokenizer, train_bpe, train_unigram, train_wordpiece
+from bertzoo.data.tokens.tokenizer import Tokenizer
+from bertzoo.data.tokens.train_tokenizer import train_bpe, train_unigram, train_wordpiece
 from bertzoo.models.encoder import Encoder
 from bertzoo.precision import cpu_capability
 from bertzoo.train.finetune import finetune

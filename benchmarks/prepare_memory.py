@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from bertzoo.data.text.corpus import read_documents, split_sentences
-from bertzoo.data.tokens.tokenizer import train_wordpiece
+from bertzoo.data.tokens.train_tokenizer import train_wordpiece
 from bertzoo.precision import cpu_capability
 
 # Runs in the child: prepare, then print the peak RSS of this process (ru_maxrss is in KiB on Linux).

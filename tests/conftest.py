@@ -84,7 +84,7 @@ def wiki_docs() -> list[str]:
 
 @pytest.fixture(scope="session")
 def wiki_tokenizer(wiki_docs):
-    from bertzoo.data.tokens.tokenizer import train_wordpiece
+    from bertzoo.data.tokens.train_tokenizer import train_wordpiece
 
     return train_wordpiece(wiki_docs[:1000], 2000)
 

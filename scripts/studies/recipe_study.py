@@ -27,7 +27,8 @@ import yaml
 from bertzoo.config import load_pretrain_config
 from bertzoo.data.text.corpus import read_documents
 from bertzoo.data.tokens.shards import prepare_shards
-from bertzoo.data.tokens.tokenizer import Tokenizer, train_wordpiece
+from bertzoo.data.tokens.tokenizer import Tokenizer
+from bertzoo.data.tokens.train_tokenizer import train_wordpiece
 from bertzoo.precision import cpu_capability
 from bertzoo.train.pretrain import pretrain
 

@@ -33,7 +33,7 @@ import torch
 from bertzoo.config import load_pretrain_config
 from bertzoo.data.text.corpus import read_documents
 from bertzoo.data.tokens.shards import ShardedCorpus, prepare_shards
-from bertzoo.data.tokens.tokenizer import train_wordpiece
+from bertzoo.data.tokens.train_tokenizer import train_wordpiece
 from bertzoo.loading import load_pretraining
 from bertzoo.models.transfo_xl import stream_nll
 from bertzoo.precision import cpu_capability

@@ -14,7 +14,7 @@ import pytest
 
 from bertzoo.cli import main
 from bertzoo.data.tokens.shards import ShardedCorpus
-from bertzoo.data.tokens.tokenizer import train_bpe, train_unigram, train_wordpiece
+from bertzoo.data.tokens.train_tokenizer import train_bpe, train_unigram, train_wordpiece
 from bertzoo.errors import DataError
 
 
@@ -181,11 +181,9 @@ def test_deeply_nested_squad_file(tmp_path):
 
 
 def annotate(directory: Path) -> None:
-    """The unit annotation that writes NAME.units.npy beside every shard (module moved in a refactor)."""
-    try:
-        from bertzoo.data.tokens.annotate import annotate_shards
-    except ImportError:
-        from bertzoo.data.segment import annotate_shards
+    """The unit annotation that writes NAME.units.npy beside every shard."""
+    from bertzoo.data.tokens.annotate import annotate_shards
+
     annotate_shards(directory, "chars")
 
 

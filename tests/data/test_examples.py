@@ -8,7 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from bertzoo.data.pretraining.examples import NOT_NEXT, NspDataset, truncation_counts
+from bertzoo.data.pretraining.examples import NspDataset
+from bertzoo.data.pretraining.plans import NOT_NEXT, truncation_counts
 from bertzoo.data.tokens.shards import ShardedCorpus, prepare_shards
 from bertzoo.errors import ConfigError, DataError
 

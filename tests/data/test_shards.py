@@ -11,7 +11,7 @@ import pytest
 
 from bertzoo.data.text.corpus import split_sentences
 from bertzoo.data.tokens.shards import ShardedCorpus, is_shard_dir, prepare_shards, token_dtype
-from bertzoo.data.tokens.tokenizer import train_wordpiece
+from bertzoo.data.tokens.train_tokenizer import train_wordpiece
 from bertzoo.errors import ConfigError, DataError
 
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from bertzoo.data.text.corpus import split_sentences
-from bertzoo.data.tokens.tokenizer import SPECIAL_TOKENS, Tokenizer, train_wordpiece
+from bertzoo.data.tokens.tokenizer import SPECIAL_TOKENS, Tokenizer
+from bertzoo.data.tokens.train_tokenizer import train_wordpiece
 from bertzoo.errors import DataError
 
 ODD_STRINGS = [

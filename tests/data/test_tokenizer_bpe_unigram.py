@@ -9,14 +9,8 @@ import numpy as np
 import pytest
 
 from bertzoo.data.tokens.shards import ShardedCorpus, prepare_shards
-from bertzoo.data.tokens.tokenizer import (
-    BPE_SPECIAL_TOKENS,
-    UNIGRAM_SPECIAL_TOKENS,
-    SpecialIds,
-    Tokenizer,
-    train_bpe,
-    train_unigram,
-)
+from bertzoo.data.tokens.tokenizer import BPE_SPECIAL_TOKENS, UNIGRAM_SPECIAL_TOKENS, SpecialIds, Tokenizer
+from bertzoo.data.tokens.train_tokenizer import train_bpe, train_unigram
 from bertzoo.errors import DataError
 
 ODD = [

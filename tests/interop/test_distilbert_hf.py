@@ -19,6 +19,8 @@ from bertzoo.models.encoder import Encoder
 from bertzoo.objectives.mlm import MaskedLM
 from bertzoo.variants import distilbert
 
+from helpers.parity import close, perturb
+
 transformers = pytest.importorskip("transformers")
 
 VOCAB = 99
@@ -37,15 +39,6 @@ OURS_TINY = {
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def perturbed(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
-    """Every parameter moved off its initial value (LayerNorms and biases included), in eval mode."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 0.05)
-    return model.eval()
-
-
 def inputs(vocab: int = VOCAB, seed: int = 0, shape: tuple[int, ...] = (3, 13)) -> tuple[torch.Tensor, torch.Tensor]:
     """Ids and a padding mask: the second row (of the last dimension's rows) ends in padding."""
     g = torch.Generator().manual_seed(seed)
@@ -57,11 +50,7 @@ def inputs(vocab: int = VOCAB, seed: int = 0, shape: tuple[int, ...] = (3, 13)) 
 
 def tiny_hf(cls_name: str, seed: int = 0, **fields):
     torch.manual_seed(seed)
-    return perturbed(getattr(transformers, cls_name)(transformers.DistilBertConfig(**{**HF_TINY, **fields})), seed)
-
-
-def close(a: torch.Tensor, b: torch.Tensor) -> None:
-    torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+    return perturb(getattr(transformers, cls_name)(transformers.DistilBertConfig(**{**HF_TINY, **fields})), seed)
 
 
 def tokenizer_dir(tmp_path: Path) -> Path:
@@ -171,7 +160,7 @@ def test_sinusoidal_positions_import_exactly_as_their_stored_table(tmp_path) -> 
 def test_encoder_exports_as_distilbert_model_without_its_pooler(tmp_path) -> None:
     torch.manual_seed(4)
     config = distilbert.model_config({**OURS_TINY, "pooler": True})  # a fine-tuned relu pre_classifier
-    encoder = perturbed(Encoder(config), seed=4)
+    encoder = perturb(Encoder(config), seed=4)
     export_hf(encoder, tmp_path)
     assert "pre_classifier.weight" not in io.read_weights(tmp_path)
     hf = transformers.AutoModel.from_pretrained(tmp_path).eval()
@@ -185,7 +174,7 @@ def test_encoder_exports_as_distilbert_model_without_its_pooler(tmp_path) -> Non
 @pytest.mark.parametrize("tie", [True, False])
 def test_masked_lm_exports_with_equal_logits(tmp_path, tie) -> None:
     torch.manual_seed(5)
-    model = perturbed(distilbert.build(distilbert.model_config({**OURS_TINY, "tie_word_embeddings": tie})), seed=5)
+    model = perturb(distilbert.build(distilbert.model_config({**OURS_TINY, "tie_word_embeddings": tie})), seed=5)
     export_hf(model, tmp_path)
     hf = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path).eval()
     assert type(hf).__name__ == "DistilBertForMaskedLM"
@@ -214,7 +203,7 @@ def task_model(tmp_path: Path, task: str, labels: list[str], **technique):
     for key, value in technique.items():
         setattr(cfg.technique, key, value)
     model = build_model(TASKS[task](cfg, tok), build_encoder(cfg, tok), cfg)
-    return perturbed(model, seed=6), tok, cfg
+    return perturb(model, seed=6), tok, cfg
 
 
 @pytest.mark.parametrize(

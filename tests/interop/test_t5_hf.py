@@ -18,7 +18,9 @@ from bertzoo.interop.convert import config_from_hf
 from bertzoo.models.encoder import Encoder
 from bertzoo.nn import relative_position_bucket
 from bertzoo.objectives.seq2seq_lm import EncoderDecoderLM
-from bertzoo.variants import t5
+from bertzoo.variants import hf_families, t5
+
+from helpers.parity import close, import_with, movable, perturb, swaps
 
 transformers = pytest.importorskip("transformers")
 
@@ -56,13 +58,10 @@ def tiny_hf(
     config = transformers.T5Config(**{**HF_TINY, "feed_forward_proj": proj, "tie_word_embeddings": tie, **fields})
     config._attn_implementation = "eager"  # attention weights come back only from the eager path
     torch.manual_seed(seed)
-    model = getattr(transformers, cls)(config)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * scale)
-        if not tie:
-            model.lm_head.weight = torch.nn.Parameter(torch.randn(model.lm_head.weight.shape, generator=g) * 0.2)
+    model = perturb(getattr(transformers, cls)(config), seed, scale)
+    if not tie:
+        g = torch.Generator().manual_seed(seed + 1000)
+        model.lm_head.weight = torch.nn.Parameter(torch.randn(model.lm_head.weight.shape, generator=g) * 0.2)
     return model.eval()
 
 
@@ -77,10 +76,6 @@ def inputs(seed: int = 0, batch: int = 3, length: int = 11, target: int = 12):
     labels = torch.randint(2, VOCAB, (batch, target), generator=g)
     labels[0, 9:] = IGNORE_INDEX
     return ids, mask, labels
-
-
-def close(a: torch.Tensor, b: torch.Tensor) -> None:
-    torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
 
 
 @torch.no_grad()
@@ -315,3 +310,21 @@ def test_gradients_equal_transformers(tmp_path, proj, tie) -> None:
     for name, param in pairs.items():
         assert float(param.grad.abs().max()) > 1e-4, name  # the loss reaches it
         close(param.grad, theirs[name].grad)
+
+
+@pytest.mark.parametrize(("proj", "tie"), [("gated-gelu", False)])
+def test_every_swap_in_the_tensor_map_breaks_parity(tmp_path, proj, tie) -> None:
+    """T5's tensor list with two same-shaped entries exchanged (the stacks' projections, norms, the relative
+    tables, the untied head) imports a model that fails `assert_same`; the list as it is passes."""
+    hf = tiny_hf(proj, tie, seed=3)
+    hf.save_pretrained(tmp_path)
+    family = hf_families()["t5"]
+    ours = import_with(tmp_path, family)
+    assert_same(hf, ours)
+    shapes = {k: v.shape for k, v in ours.state_dict().items()}
+    moved: set[str] = set()
+    for what, mutated in swaps(family, ours.config, shapes):
+        with pytest.raises(AssertionError):
+            assert_same(hf, import_with(tmp_path, mutated))
+        moved.update(what.split(" <-> "))
+    assert moved and movable(family, ours.config, shapes) <= moved

@@ -16,7 +16,9 @@ from bertzoo.hub import convert_directory, export_hf, load_encoder, load_pretrai
 from bertzoo.interop.convert import config_from_hf
 from bertzoo.models.xlnet import XLNet
 from bertzoo.objectives.plm import PermutationLM
-from bertzoo.variants import xlnet
+from bertzoo.variants import hf_families, xlnet
+
+from helpers.parity import import_with, movable, perturb, swaps
 
 transformers = pytest.importorskip("transformers")
 
@@ -33,13 +35,10 @@ def tiny_hf(cls: str = "XLNetLMHeadModel", seed: int = 0, **fields):
     untied head gets its own values, so tying it by mistake shows)."""
     config = transformers.XLNetConfig(**{**HF_TINY, **fields})
     torch.manual_seed(seed)
-    model = getattr(transformers, cls)(config)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 0.1)
-        if not config.tie_word_embeddings:
-            model.lm_loss.weight = torch.nn.Parameter(torch.randn(model.lm_loss.weight.shape, generator=g) * 0.2)
+    model = perturb(getattr(transformers, cls)(config), seed, scale=0.1)
+    if not config.tie_word_embeddings:
+        g = torch.Generator().manual_seed(seed + 1000)
+        model.lm_loss.weight = torch.nn.Parameter(torch.randn(model.lm_loss.weight.shape, generator=g) * 0.2)
     return model.eval()
 
 
@@ -239,3 +238,20 @@ def test_the_exporter_refuses_what_xlnet_cannot_hold() -> None:
     config = xlnet.model_config({"preset": "xlnet-tiny", "vocab_size": VOCAB, "attention_head_size": 8})
     with pytest.raises(CheckpointError, match="attention_head_size=8"):
         xlnet.config_to_hf(config)
+
+
+def test_every_swap_in_the_tensor_map_breaks_parity(tmp_path) -> None:
+    """XLNet's tensor list with two same-shaped entries exchanged (the q/k/v/o projections, the u, v and segment
+    biases, the norms, the head's bias) imports a model that fails `assert_same`; the list as it is passes."""
+    hf = tiny_hf("XLNetLMHeadModel", seed=3, tie_word_embeddings=False)
+    hf.save_pretrained(tmp_path)
+    family = hf_families()["xlnet"]
+    ours = import_with(tmp_path, family)
+    assert_same(hf, ours)
+    shapes = {k: v.shape for k, v in ours.state_dict().items()}
+    moved: set[str] = set()
+    for what, mutated in swaps(family, ours.config, shapes):
+        with pytest.raises(AssertionError):
+            assert_same(hf, import_with(tmp_path, mutated))
+        moved.update(what.split(" <-> "))
+    assert moved and movable(family, ours.config, shapes) <= moved

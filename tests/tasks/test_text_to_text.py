@@ -18,7 +18,8 @@ from bertzoo.data.tasks.mixture import Mixture
 from bertzoo.engine.sampler import LengthBucketSampler, ResumableBatchSampler
 from bertzoo.errors import ConfigError, DataError
 from bertzoo.nn.adapter import AdaptedLinear, Adapter
-from bertzoo.tasks.seq2seq import EncoderDecoderTaskModel, Seq2SeqTask
+from bertzoo.tasks.seq2seq import Seq2SeqTask
+from bertzoo.tasks.seq2seq_models import EncoderDecoderTaskModel
 from bertzoo.tasks.techniques import GradualUnfreezing, apply_techniques
 
 from helpers.seq2seq import MAPPING, WORDS, mapping_examples, tiny_gpt, tiny_t5, write_jsonl

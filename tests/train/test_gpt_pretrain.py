@@ -160,7 +160,7 @@ def test_cli_pretrains_the_shipped_config_and_generates(synthetic_shards, tmp_pa
 def test_a_byte_level_bpe_vocabulary(synthetic_docs, tmp_path):
     """GPT-2's tokenizer kind: blocks are `<s> ... </s>` with `</s>` between documents, and training learns."""
     from bertzoo.data.tokens.shards import prepare_shards
-    from bertzoo.data.tokens.tokenizer import train_bpe
+    from bertzoo.data.tokens.train_tokenizer import train_bpe
 
     tokenizer = train_bpe(synthetic_docs[:300], 600)
     shards = tmp_path / "shards"

@@ -14,7 +14,8 @@ import torch.nn.functional as F
 from bertzoo.batch import IGNORE_INDEX
 from bertzoo.errors import CheckpointError, ConfigError
 from bertzoo.objectives.seq2seq_lm import EncoderDecoderLM
-from bertzoo.tasks.seq2seq import EncoderDecoderTaskModel, Seq2SeqTask
+from bertzoo.tasks.seq2seq import Seq2SeqTask
+from bertzoo.tasks.seq2seq_models import EncoderDecoderTaskModel
 
 from helpers.seq2seq import WORDS, mapping_examples, t5_run_config, tiny_t5, write_jsonl
 from helpers.tasks import make_cfg, small_tokenizer, train_steps

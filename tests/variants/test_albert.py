@@ -11,13 +11,16 @@ import torch
 
 from bertzoo.batch import IGNORE_INDEX, Batch
 from bertzoo.config import load_pretrain_config
-from bertzoo.data.pretraining.examples import IN_ORDER, SWAPPED, SopDataset
+from bertzoo.data.pretraining.examples import SopDataset
+from bertzoo.data.pretraining.plans import IN_ORDER, SWAPPED
 from bertzoo.data.tokens.shards import ShardedCorpus, prepare_shards
 from bertzoo.engine.loop import Trainer
 from bertzoo.errors import CheckpointError, ConfigError
 from bertzoo.hub import export_hf, load_encoder, load_pretraining
 from bertzoo.train.pretrain import build_pretraining
 from bertzoo.variants import albert
+
+from helpers.parity import assert_parity, inputs, reference, transformers
 
 CLS, SEP = 2, 3
 TINY = {
@@ -149,81 +152,29 @@ def test_save_load_round_trip(tmp_path):
 # --- Hugging Face parity -----------------------------------------------------------------------
 
 
-def _tiny_hf(cls_name: str, groups: int = 1, seed: int = 0):
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(seed)
-    cfg = transformers.AlbertConfig(
-        vocab_size=99,
-        embedding_size=16,
-        hidden_size=32,
-        num_hidden_layers=3,
-        num_hidden_groups=groups,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=64,
-    )
-    return getattr(transformers, cls_name)(cfg).eval()
-
-
-def _inputs():
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(5, 99, (3, 17), generator=g)
-    am = torch.ones_like(ids)
-    am[1, 10:] = 0
-    tt = torch.zeros_like(ids)
-    tt[:, 9:] = 1
-    return ids, am, tt
-
-
-@pytest.mark.parametrize("groups", [1, 3])
-def test_hf_parity_pretraining_import_and_export(tmp_path, groups):
-    transformers = pytest.importorskip("transformers")
-    hf = _tiny_hf("AlbertForPreTraining", groups)
+@pytest.mark.parametrize(("case", "groups"), [("albert", 1), ("albert-groups", 3)])
+def test_hf_pretraining_imports_its_layer_groups_and_sop_and_exports_them(tmp_path, case, groups):
+    hf = reference(case, "AlbertForPreTraining", seed=0)
     hf.save_pretrained(tmp_path / "src")
     model = load_pretraining(tmp_path / "src").eval()
     assert model.config.share == ("all" if groups == 1 else "none") and model.sentence_task == "sop"
-    ids, am, tt = _inputs()
-    sel = am.bool()
-    with torch.no_grad():
-        ref = hf(input_ids=ids, attention_mask=am, token_type_ids=tt, output_hidden_states=True)
-        ours = model.encoder(ids, am, tt, output_hidden_states=True)
-        for a, b in zip(ref.hidden_states, ours.hidden_states, strict=True):
-            torch.testing.assert_close(b[sel], a[sel], atol=1e-5, rtol=0)
-        logits = model.mlm_head(ours.last_hidden_state, sel)
-        torch.testing.assert_close(logits, ref.prediction_logits[sel], atol=1e-5, rtol=0)
-        torch.testing.assert_close(model.nsp_head(ours.pooler_output), ref.sop_logits, atol=1e-5, rtol=0)
+    assert_parity(model, hf, inputs(case))
     export_hf(model, tmp_path / "out")
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert config["architectures"] == ["AlbertForPreTraining"] and config["num_hidden_groups"] == groups
-    back = transformers.AlbertForPreTraining.from_pretrained(tmp_path / "out").eval()
-    with torch.no_grad():
-        again = back(input_ids=ids, attention_mask=am, token_type_ids=tt)
-    torch.testing.assert_close(again.prediction_logits[sel], ref.prediction_logits[sel], atol=1e-5, rtol=0)
-    torch.testing.assert_close(again.sop_logits, ref.sop_logits, atol=1e-5, rtol=0)
+    assert_parity(model, transformers.AlbertForPreTraining.from_pretrained(tmp_path / "out").eval(), inputs(case))
 
 
-def test_hf_parity_base_and_masked_lm(tmp_path):
-    hf = _tiny_hf("AlbertModel", seed=1)
-    hf.save_pretrained(tmp_path / "base")
-    encoder = load_encoder(tmp_path / "base").eval()
-    ids, am, tt = _inputs()
-    sel = am.bool()
-    with torch.no_grad():
-        ref, ours = hf(input_ids=ids, attention_mask=am, token_type_ids=tt), encoder(ids, am, tt)
-    torch.testing.assert_close(ours.last_hidden_state[sel], ref.last_hidden_state[sel], atol=1e-5, rtol=0)
-    torch.testing.assert_close(ours.pooler_output, ref.pooler_output, atol=1e-5, rtol=0)
-    mlm = _tiny_hf("AlbertForMaskedLM", seed=2)  # no pooler, no SOP head
-    mlm.save_pretrained(tmp_path / "mlm")
+def test_hf_masked_lm_has_no_pooler_and_no_sop_head(tmp_path):
+    hf = reference("albert", "AlbertForMaskedLM", seed=2)
+    hf.save_pretrained(tmp_path / "mlm")
     model = load_pretraining(tmp_path / "mlm").eval()
     assert model.sentence_task is None and model.encoder.pooler is None
-    with torch.no_grad():
-        ref = mlm(input_ids=ids, attention_mask=am, token_type_ids=tt).logits
-        out = model.encoder(ids, am, tt)
-        torch.testing.assert_close(model.mlm_head(out.last_hidden_state, sel), ref[sel], atol=1e-5, rtol=0)
+    assert_parity(model, hf, inputs("albert"))
 
 
 def test_hf_layer_groups_without_a_bertzoo_counterpart(tmp_path):
-    hf = _tiny_hf("AlbertModel")
+    hf = reference("albert", "AlbertModel", seed=0)
     hf.config.num_hidden_groups, hf.config.inner_group_num = 1, 2
     hf.config.save_pretrained(tmp_path)
     with pytest.raises(CheckpointError, match="num_hidden_groups=1 and inner_group_num=2"):

@@ -27,6 +27,8 @@ from bertzoo.objectives.electra import (
 from bertzoo.objectives.mlm import MaskedLM
 from bertzoo.variants.electra import PRESETS, build, generator_config, model_config
 
+from helpers.parity import CASES, assert_parity, perturb, token_inputs, transformers
+
 VOCAB = 61
 TINY = dict(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, max_position=64)
 TINY_E = dict(TINY, embedding_size=16)  # factorized embeddings: each model projects E -> its hidden size
@@ -406,87 +408,53 @@ def test_save_load_round_trip_and_load_encoder_returns_the_discriminator(tmp_pat
     assert isinstance(Electra.from_pretrained(str(tmp_path / "ckpt")), Electra)
 
 
-transformers = pytest.importorskip("transformers")
-
-
 def hf_inputs(seed=0):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, VOCAB, (3, 17), generator=g)
-    am = torch.ones_like(ids)
-    am[1, 10:] = 0
-    tt = torch.zeros_like(ids)
-    tt[:, 9:] = 1
-    return ids, am, tt
+    batch = token_inputs(VOCAB, seed=seed)
+    return batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]
 
 
-def tiny_hf(cls_name, seed=0, hidden=32, heads=4, inter=64, embedding=16):
+def tiny_hf(cls_name, seed=0, **fields):
+    """A tiny transformers ELECTRA of `cls_name` (the harness's sizes, or `fields`), every weight perturbed."""
+    config = transformers.ElectraConfig(**{**CASES["electra"].fields, "vocab_size": VOCAB, **fields})
     torch.manual_seed(seed)
-    cfg = transformers.ElectraConfig(
-        vocab_size=VOCAB,
-        embedding_size=embedding,
-        hidden_size=hidden,
-        num_hidden_layers=2,
-        num_attention_heads=heads,
-        intermediate_size=inter,
-        max_position_embeddings=64,
-    )
-    return getattr(transformers, cls_name)(cfg).eval()
+    return perturb(getattr(transformers, cls_name)(config), seed)
 
 
 @pytest.mark.parametrize("embedding", [16, 32])  # with and without the E -> hidden projection
-def test_hf_discriminator_parity_import_and_export(tmp_path, embedding):
-    hf = tiny_hf("ElectraForPreTraining", embedding=embedding)
+def test_hf_discriminator_imports_with_its_loss_and_exports_as_electra_for_pretraining(tmp_path, embedding):
+    hf = tiny_hf("ElectraForPreTraining", embedding_size=embedding)
     hf.save_pretrained(tmp_path / "hf")
     ids, am, tt = hf_inputs()
-    sel = am.bool()
     disc = load_pretraining(tmp_path / "hf").eval()
     assert isinstance(disc, Discriminator)
+    batch = {"input_ids": ids, "attention_mask": am, "token_type_ids": tt}
+    assert_parity(disc, hf, batch)
+    base = transformers.ElectraModel.from_pretrained(tmp_path / "hf").eval()
+    assert_parity(load_encoder(tmp_path / "hf").eval(), base, batch)
+    labels = torch.randint(0, 2, ids.shape, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        ref = hf(input_ids=ids, attention_mask=am, token_type_ids=tt, output_hidden_states=True)
-        ours = disc.encoder(ids, am, tt, output_hidden_states=True)
-        for a, b in zip(ref.hidden_states, ours.hidden_states, strict=True):
-            torch.testing.assert_close(b[sel], a[sel], atol=1e-5, rtol=0)
-        torch.testing.assert_close(disc.logits(ids, am, tt)[sel], ref.logits[sel], atol=1e-5, rtol=0)
-        enc = load_encoder(tmp_path / "hf").eval()
-        torch.testing.assert_close(
-            enc(ids, am, tt).last_hidden_state[sel], ref.hidden_states[-1][sel], atol=1e-5, rtol=0
-        )
-        labels = torch.randint(0, 2, ids.shape, generator=torch.Generator().manual_seed(1))
         ref_loss = hf(input_ids=ids, attention_mask=am, token_type_ids=tt, labels=labels).loss
-        batch = Batch(input_ids=ids, attention_mask=am, token_type_ids=tt, labels=labels)
-        torch.testing.assert_close(disc(batch).loss, ref_loss, atol=1e-6, rtol=0)
+        loss = disc(Batch(input_ids=ids, attention_mask=am, token_type_ids=tt, labels=labels)).loss
+    torch.testing.assert_close(loss, ref_loss, atol=1e-6, rtol=0)
     export_hf(disc, tmp_path / "out")
     assert json.loads((tmp_path / "out" / "config.json").read_text())["architectures"] == ["ElectraForPreTraining"]
-    back = transformers.ElectraForPreTraining.from_pretrained(tmp_path / "out").eval()
-    with torch.no_grad():
-        torch.testing.assert_close(back(input_ids=ids, attention_mask=am, token_type_ids=tt).logits, ref.logits)
-    export_hf(disc.encoder, tmp_path / "enc")
-    base = transformers.AutoModel.from_pretrained(tmp_path / "enc").eval()
+    assert_parity(disc, transformers.ElectraForPreTraining.from_pretrained(tmp_path / "out").eval(), batch)
+    base = transformers.AutoModel.from_pretrained(export_hf(disc.encoder, tmp_path / "enc")).eval()
     assert type(base).__name__ == "ElectraModel"
-    with torch.no_grad():
-        torch.testing.assert_close(
-            base(input_ids=ids, attention_mask=am).last_hidden_state, enc(ids, am).last_hidden_state, atol=1e-5, rtol=0
-        )
+    assert_parity(disc.encoder, base, batch)
 
 
-def test_hf_generator_parity_import_and_export(tmp_path):
-    hf = tiny_hf("ElectraForMaskedLM", hidden=8, heads=1, inter=16, seed=1)
+def test_hf_generator_imports_tied_and_exports_as_electra_for_masked_lm(tmp_path):
+    hf = tiny_hf("ElectraForMaskedLM", hidden_size=8, num_attention_heads=1, intermediate_size=16, seed=1)
     hf.save_pretrained(tmp_path / "hf")
-    ids, am, tt = hf_inputs(seed=1)
-    sel = am.bool()
     gen = load_pretraining(tmp_path / "hf").eval()
     assert isinstance(gen, MaskedLM) and gen.mlm_head.decoder.weight is gen.encoder.word_embeddings.weight
-    with torch.no_grad():
-        ref = hf(input_ids=ids, attention_mask=am, token_type_ids=tt, output_hidden_states=True)
-        out = gen.encoder(ids, am, tt, output_hidden_states=True)
-        for a, b in zip(ref.hidden_states, out.hidden_states, strict=True):
-            torch.testing.assert_close(b[sel], a[sel], atol=1e-5, rtol=0)
-        torch.testing.assert_close(gen.mlm_head(out.last_hidden_state, sel), ref.logits[sel], atol=1e-5, rtol=0)
+    batch = token_inputs(VOCAB, seed=1)
+    assert_parity(gen, hf, batch)
     export_hf(gen, tmp_path / "out")
     back = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "out").eval()
     assert type(back).__name__ == "ElectraForMaskedLM"
-    with torch.no_grad():
-        torch.testing.assert_close(back(input_ids=ids, attention_mask=am, token_type_ids=tt).logits, ref.logits)
+    assert_parity(gen, back, batch)
 
 
 def test_joint_objective_exports_both_models_and_joins_them_back(tmp_path):

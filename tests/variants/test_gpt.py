@@ -19,6 +19,8 @@ from bertzoo.models.encoder import Encoder
 from bertzoo.objectives.clm import CausalLM, lm_labels, perplexity
 from bertzoo.variants import gpt
 
+from helpers.parity import perturb
+
 VOCAB = 99
 TINY = {"vocab_size": VOCAB, "hidden_size": 32, "num_layers": 2, "num_heads": 4, "max_position": 64}
 # (Hugging Face model_type, our layout, FFN width): GPT-1's FFN is always 4x; GPT-2's n_inner is free.
@@ -36,14 +38,6 @@ def inputs(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     am = torch.ones_like(ids)
     am[1, 10:] = 0
     return ids, am
-
-
-def perturb(module: torch.nn.Module, seed: int) -> None:
-    """Move every parameter off its initial value (LayerNorms at 1/0 and zero biases hide mistakes)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 0.05)
 
 
 def tiny_model(model_type: str, seed: int = 0) -> CausalLM:

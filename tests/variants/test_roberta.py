@@ -19,6 +19,8 @@ from bertzoo.hub import export_hf, load_encoder, load_pretraining
 from bertzoo.train.pretrain import build_pretraining
 from bertzoo.variants import get_variant, roberta
 
+from helpers.parity import assert_parity, inputs, reference, transformers
+
 CLS, SEP = 2, 3  # the synthetic WordPiece tokenizer's [CLS]/[SEP]: any tokenizer works by role
 TINY = {"num_layers": 2, "hidden_size": 32, "num_heads": 2, "intermediate_size": 64, "max_position": 64}
 
@@ -111,68 +113,26 @@ def test_save_load_round_trip(tmp_path):
 # --- Hugging Face parity -----------------------------------------------------------------------
 
 
-def _tiny_hf(cls_name: str, seed: int = 0):
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(seed)
-    cfg = transformers.RobertaConfig(
-        vocab_size=99,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=66,  # 64 positions after pad_token_id 1
-        type_vocab_size=1,
-        layer_norm_eps=1e-5,
-    )
-    return getattr(transformers, cls_name)(cfg).eval()
-
-
-def _inputs(pad=1):
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(3, 99, (3, 17), generator=g)
-    am = torch.ones_like(ids)
-    am[1, 10:] = 0
-    ids[1, 10:] = pad  # Hugging Face derives positions from where the padding is
-    return ids, am
-
-
-def test_hf_parity_masked_lm_import_and_export(tmp_path):
-    transformers = pytest.importorskip("transformers")
-    hf = _tiny_hf("RobertaForMaskedLM")
+def test_hf_masked_lm_imports_as_roberta_and_exports_as_its_class(tmp_path):
+    hf = reference("roberta", "RobertaForMaskedLM", seed=0)
     hf.save_pretrained(tmp_path / "src")
-    ids, am = _inputs()
-    sel = am.bool()
     model = load_pretraining(tmp_path / "src").eval()
     assert model.config.variant == "roberta" and model.config.max_position == 64 and model.encoder.pooler is None
-    with torch.no_grad():
-        ref = hf(input_ids=ids, attention_mask=am, output_hidden_states=True)
-        ours = model.encoder(ids, am, output_hidden_states=True)
-        for a, b in zip(ref.hidden_states, ours.hidden_states, strict=True):
-            torch.testing.assert_close(b[sel], a[sel], atol=1e-5, rtol=0)
-        torch.testing.assert_close(model.mlm_head(ours.last_hidden_state, sel), ref.logits[sel], atol=1e-5, rtol=0)
+    assert_parity(model, hf, inputs("roberta"))
     export_hf(model, tmp_path / "out")
     back = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "out").eval()
     assert type(back).__name__ == "RobertaForMaskedLM"
-    with torch.no_grad():
-        again = back(input_ids=ids, attention_mask=am).logits
-    torch.testing.assert_close(again[sel], ref.logits[sel], atol=1e-5, rtol=0)
+    assert_parity(model, back, inputs("roberta", seed=1))
 
 
-def test_hf_parity_base_model_with_pooler(tmp_path):
-    transformers = pytest.importorskip("transformers")
-    hf = _tiny_hf("RobertaModel", seed=1)
+def test_hf_base_model_keeps_its_pooler(tmp_path):
+    hf = reference("roberta", "RobertaModel", seed=1)
     hf.save_pretrained(tmp_path / "src")
     encoder = load_encoder(tmp_path / "src").eval()
-    ids, am = _inputs()
-    sel = am.bool()
-    with torch.no_grad():
-        ref, ours = hf(input_ids=ids, attention_mask=am), encoder(ids, am)
-    torch.testing.assert_close(ours.last_hidden_state[sel], ref.last_hidden_state[sel], atol=1e-5, rtol=0)
-    torch.testing.assert_close(ours.pooler_output, ref.pooler_output, atol=1e-5, rtol=0)
-    export_hf(encoder, tmp_path / "out")
-    back = transformers.AutoModel.from_pretrained(tmp_path / "out").eval()
-    with torch.no_grad():
-        torch.testing.assert_close(back(input_ids=ids, attention_mask=am).pooler_output, ref.pooler_output)
+    assert encoder.pooler is not None and encoder.config.position_offset == 2
+    assert_parity(encoder, hf, inputs("roberta"))
+    back = transformers.AutoModel.from_pretrained(export_hf(encoder, tmp_path / "out")).eval()
+    assert_parity(encoder, back, inputs("roberta", seed=2))
 
 
 def test_export_refuses_what_hf_roberta_cannot_hold():

@@ -21,6 +21,8 @@ from bertzoo.nn import RMSNorm, attend, relative_position_bucket
 from bertzoo.objectives.seq2seq_lm import EncoderDecoderLM
 from bertzoo.variants import VARIANTS, t5
 
+from helpers.parity import perturb
+
 VOCAB = 60
 TINY = {"vocab_size": VOCAB, "hidden_size": 32, "num_heads": 4, "intermediate_size": 48, "dropout": 0.0}
 
@@ -255,11 +257,8 @@ def close(a: torch.Tensor, b: torch.Tensor) -> None:
 
 
 def perturbed(model: torch.nn.Module, seed: int = 0, scale: float = 1.0) -> torch.nn.Module:
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * scale)
-    return model.double().eval()
+    """Every weight moved by N(0, scale) (the harness's `perturb`), then in float64."""
+    return perturb(model, seed, scale).double().eval()
 
 
 @pytest.mark.parametrize("gated", [False, True])

@@ -244,6 +244,69 @@ def _rebuild(text: str, edits: list[tuple[int, int, str]]) -> str:
     return "".join(out)
 
 
+def _check_settings(
+    copies: int,
+    replace_prob: float,
+    candidates: int,
+    batch_size: int,
+    seed: int,
+    max_seq_len: int,
+    fields: Sequence[str],
+) -> None:
+    """ConfigError for the first of `augment_examples`' settings out of its range."""
+    _check("copies", _is_int(copies) and copies >= 0, "an integer >= 0", copies)
+    _check(
+        "replace_prob",
+        isinstance(replace_prob, (int, float)) and not isinstance(replace_prob, bool) and 0.0 <= replace_prob <= 1.0,
+        "a number in [0, 1]",
+        replace_prob,
+    )
+    _check("candidates", _is_int(candidates) and candidates >= 1, "an integer >= 1", candidates)
+    _check("batch_size", _is_int(batch_size) and batch_size >= 1, "an integer >= 1", batch_size)
+    _check("seed", _is_int(seed) and seed >= 0, "an integer >= 0", seed)
+    _check("max_seq_len", _is_int(max_seq_len) and max_seq_len >= 3, "an integer >= 3", max_seq_len)
+    if isinstance(fields, str) or not all(isinstance(f, str) for f in fields) or not fields:
+        raise ConfigError(f"augment.fields must be a non-empty list of field names, got {fields!r}")
+
+
+def _readable_length(mlm: MaskedLM, tokenizer: Tokenizer, max_seq_len: int) -> int:
+    """`max_seq_len` cut to the masked LM's positions, once the tokenizer is checked to be its own (WordPiece)."""
+    config = mlm.config
+    if config.vocab_size != tokenizer.vocab_size:
+        raise ConfigError(
+            f"augment: the masked LM has vocab_size {config.vocab_size} and the tokenizer {tokenizer.vocab_size} "
+            "tokens; use the tokenizer the masked LM was trained with"
+        )
+    max_seq_len = min(max_seq_len, config.max_position - config.position_offset)  # what the model can read
+    if tokenizer.kind != "wordpiece":
+        raise ConfigError(f"augment needs a WordPiece tokenizer (BERT's), got a {tokenizer.kind} tokenizer")
+    return max_seq_len
+
+
+def _draw_copies(prepared: list[_Prepared], first: int, copies: int, seed: int, replace_prob: float) -> list[_Copy]:
+    """The `copies` copies of each prepared example (the chunk starting at example `first`), with their chosen words."""
+    made: list[_Copy] = []
+    for e, p in enumerate(prepared):
+        for k in range(1, copies + 1):
+            # Keyed by the example's index in the whole list, so a copy does not depend on the chunking.
+            rng = np.random.default_rng([seed, first + e, k])
+            draws = rng.random((2, len(p.words)))  # replace?, which of the top-k
+            keep = draws[0] < replace_prob
+            words = [w for w, chosen in zip(p.words, keep, strict=True) if chosen]
+            made.append(_Copy(e, k, words, draws[1][keep]))
+    return made
+
+
+def _copy_of(example: dict[str, Any], p: _Prepared, c: _Copy, tokenizer: Tokenizer) -> dict[str, Any]:
+    """Copy `c` of `example`: its text fields with the proposed replacements, and `"augmented": k`."""
+    edits: list[list[tuple[int, int, str]]] = [[] for _ in p.texts]
+    for w, new in zip(c.words, c.replacements or [], strict=True):
+        if new >= 0:
+            edits[w.field].append((w.start, w.end, tokenizer.id_to_token(new)))
+    texts = {name: _rebuild(text, edits[j]) for j, (name, text) in enumerate(p.texts)}
+    return {**example, **texts, "augmented": c.copy}
+
+
 def augment_examples(
     examples: list[dict[str, Any]],
     mlm: MaskedLM,
@@ -289,28 +352,8 @@ def augment_examples(
     and its own text, not on `batch_size` or the other examples' texts. The model runs in eval mode
     (its mode is restored after) without gradients, on the device of its parameters.
     """
-    _check("copies", _is_int(copies) and copies >= 0, "an integer >= 0", copies)
-    _check(
-        "replace_prob",
-        isinstance(replace_prob, (int, float)) and not isinstance(replace_prob, bool) and 0.0 <= replace_prob <= 1.0,
-        "a number in [0, 1]",
-        replace_prob,
-    )
-    _check("candidates", _is_int(candidates) and candidates >= 1, "an integer >= 1", candidates)
-    _check("batch_size", _is_int(batch_size) and batch_size >= 1, "an integer >= 1", batch_size)
-    _check("seed", _is_int(seed) and seed >= 0, "an integer >= 0", seed)
-    _check("max_seq_len", _is_int(max_seq_len) and max_seq_len >= 3, "an integer >= 3", max_seq_len)
-    if isinstance(fields, str) or not all(isinstance(f, str) for f in fields) or not fields:
-        raise ConfigError(f"augment.fields must be a non-empty list of field names, got {fields!r}")
-    config = mlm.config
-    if config.vocab_size != tokenizer.vocab_size:
-        raise ConfigError(
-            f"augment: the masked LM has vocab_size {config.vocab_size} and the tokenizer {tokenizer.vocab_size} "
-            "tokens; use the tokenizer the masked LM was trained with"
-        )
-    max_seq_len = min(max_seq_len, config.max_position - config.position_offset)  # what the model can read
-    if tokenizer.kind != "wordpiece":
-        raise ConfigError(f"augment needs a WordPiece tokenizer (BERT's), got a {tokenizer.kind} tokenizer")
+    _check_settings(copies, replace_prob, candidates, batch_size, seed, max_seq_len, fields)
+    max_seq_len = _readable_length(mlm, tokenizer, max_seq_len)
     examples = list(examples)
     if copies == 0 or not examples:
         return examples
@@ -319,6 +362,7 @@ def augment_examples(
 
     from tqdm.auto import tqdm
 
+    config = mlm.config
     allowed = word_tokens(tokenizer)
     device = next(mlm.parameters()).device
     banned = torch.from_numpy(~allowed).to(device)
@@ -331,28 +375,14 @@ def augment_examples(
             for first in range(0, len(examples), _CHUNK):
                 chunk = list(enumerate(examples[first : first + _CHUNK], start=first))
                 prepared = _prepare(chunk, tokenizer, fields, allowed, max_seq_len, config.type_vocab_size)
-                made: list[_Copy] = []
-                for e, p in enumerate(prepared):
-                    for k in range(1, copies + 1):
-                        rng = np.random.default_rng([seed, first + e, k])
-                        draws = rng.random((2, len(p.words)))  # replace?, which of the top-k
-                        keep = draws[0] < replace_prob
-                        words = [w for w, chosen in zip(p.words, keep, strict=True) if chosen]
-                        made.append(_Copy(e, k, words, draws[1][keep]))
+                made = _draw_copies(prepared, first, copies, seed, replace_prob)
                 pending = [c for c in made if c.words]
                 for start in range(0, len(pending), batch_size):
                     _propose(
                         mlm, pending[start : start + batch_size], prepared, tokenizer, banned, candidates, use_types
                     )
                 for c in made:
-                    p = prepared[c.example]
-                    edits: list[list[tuple[int, int, str]]] = [[] for _ in p.texts]
-                    for w, new in zip(c.words, c.replacements or [], strict=True):
-                        if new >= 0:
-                            edits[w.field].append((w.start, w.end, tokenizer.id_to_token(new)))
-                    example = examples[first + c.example]
-                    texts = {name: _rebuild(text, edits[j]) for j, (name, text) in enumerate(p.texts)}
-                    out.append({**example, **texts, "augmented": c.copy})
+                    out.append(_copy_of(examples[first + c.example], prepared[c.example], c, tokenizer))
                 bar.update(len(chunk))
     finally:
         mlm.train(was_training)

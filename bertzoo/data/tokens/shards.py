@@ -185,6 +185,90 @@ def _looks_replaceable(path: Path) -> bool:
     return all(e.name.startswith("shard_") or e.name in (META, TOKENIZER_DIR) for e in entries)
 
 
+def _check_out_dir(out: Path, overwrite: bool) -> None:
+    """DataError when the shards may not go to `out`: a file, a non-empty directory (without `overwrite`),
+    or a directory that holds files other than shards (with it)."""
+    if out.exists():
+        if not out.is_dir():
+            raise DataError(f"{out} exists and is not a directory; choose another output path")
+        if not overwrite and any(out.iterdir()):
+            if is_shard_dir(out):
+                raise DataError(f"{out} already holds prepared shards; pass --overwrite to replace them")
+            raise DataError(f"{out} exists and is not empty; choose another output path")
+        if overwrite and not _looks_replaceable(out):
+            raise DataError(
+                f"refusing to overwrite {out}: it holds files that are not bertzoo shards; choose another path"
+            )
+
+
+def _write_documents(
+    documents: Iterable[str], tokenizer: Tokenizer, writer: _ShardWriter, batch_docs: int, progress: bool, desc: str
+) -> dict[str, int]:
+    """Sentence-split and tokenize `documents`, `batch_docs` at a time, into `writer`; returns what was left out
+    or unknown: `docs_skipped`, `sentences_dropped` (empty ones) and `num_unk` (unknown tokens)."""
+    from tqdm.auto import tqdm
+
+    docs_skipped = sentences_dropped = num_unk = 0
+    unk_id = tokenizer.unk_id
+    bar = tqdm(disable=not progress, unit=" docs", desc=desc, dynamic_ncols=True)
+    with bar:
+        for batch in _batches(documents, batch_docs):
+            sentences: list[str] = []
+            per_doc: list[int] = []
+            for doc in batch:
+                sents = split_sentences(doc)
+                sentences.extend(sents)
+                per_doc.append(len(sents))
+            ids = tokenizer.encode_batch(sentences)
+            lens = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+            tokens = np.fromiter(itertools.chain.from_iterable(ids), dtype=writer.dtype, count=int(lens.sum()))
+            if unk_id is not None:
+                num_unk += int(np.count_nonzero(tokens == unk_id))
+            # Drop empty sentences and the documents left without any, in numpy.
+            doc_of_sent = np.repeat(np.arange(len(batch)), per_doc)
+            keep = lens > 0
+            sentences_dropped += int((~keep).sum())
+            doc_nsent = np.bincount(doc_of_sent[keep], minlength=len(batch))
+            docs_skipped += int((doc_nsent == 0).sum())
+            writer.add(tokens, lens[keep], doc_nsent[doc_nsent > 0])
+            bar.update(len(batch))
+            bar.set_postfix(tokens=f"{writer.total_tokens:,}", refresh=False)
+    return {"docs_skipped": docs_skipped, "sentences_dropped": sentences_dropped, "num_unk": num_unk}
+
+
+def _meta(
+    tokenizer: Tokenizer,
+    writer: _ShardWriter,
+    totals: dict[str, int],
+    counts: dict[str, int],
+    *,
+    source: str,
+    stats: ReadStats | None,
+    cleaning: Any,
+) -> dict[str, Any]:
+    """The content of meta.json for the shards `writer` wrote (see the module doc)."""
+    return {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "vocab_size": tokenizer.vocab_size,
+        "dtype": writer.dtype.name,
+        **totals,
+        "num_shards": len(writer.shards),
+        "shards": writer.shards,
+        "tokenizer": {
+            "vocab_sha256": tokenizer.vocab_sha256,
+            "lowercase": tokenizer.lowercase,
+            "strip_accents": tokenizer.strip_accents,
+            "vocab_size": tokenizer.vocab_size,
+        },
+        "source": source,
+        "read_stats": asdict(stats) if stats is not None else None,
+        "cleaning": asdict(cleaning) if is_dataclass(cleaning) else cleaning,
+        **counts,  # docs_skipped, sentences_dropped, num_unk
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
 def prepare_shards(
     documents: Iterable[str],
     tokenizer: Tokenizer,
@@ -211,17 +295,7 @@ def prepare_shards(
     if batch_docs < 1:
         raise ConfigError(f"batch_docs must be >= 1, got {batch_docs}")
     out = Path(out_dir)
-    if out.exists():
-        if not out.is_dir():
-            raise DataError(f"{out} exists and is not a directory; choose another output path")
-        if not overwrite and any(out.iterdir()):
-            if is_shard_dir(out):
-                raise DataError(f"{out} already holds prepared shards; pass --overwrite to replace them")
-            raise DataError(f"{out} exists and is not empty; choose another output path")
-        if overwrite and not _looks_replaceable(out):
-            raise DataError(
-                f"refusing to overwrite {out}: it holds files that are not bertzoo shards; choose another path"
-            )
+    _check_out_dir(out, overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f"{out.name}.tmp-{os.getpid()}"
     if tmp.exists():  # left by an earlier crash of a process that had our pid
@@ -229,62 +303,15 @@ def prepare_shards(
     dtype = token_dtype(tokenizer.vocab_size)
     start = time.perf_counter()
     writer = _ShardWriter(tmp, dtype, shard_tokens)
-    docs_skipped = sentences_dropped = num_unk = 0
-    unk_id = tokenizer.unk_id
     try:
         tmp.mkdir()
-        from tqdm.auto import tqdm
-
-        bar = tqdm(disable=not progress, unit=" docs", desc=f"prepare {out.name}", dynamic_ncols=True)
-        with bar:
-            for batch in _batches(documents, batch_docs):
-                sentences: list[str] = []
-                per_doc: list[int] = []
-                for doc in batch:
-                    sents = split_sentences(doc)
-                    sentences.extend(sents)
-                    per_doc.append(len(sents))
-                ids = tokenizer.encode_batch(sentences)
-                lens = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
-                tokens = np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=int(lens.sum()))
-                if unk_id is not None:
-                    num_unk += int(np.count_nonzero(tokens == unk_id))
-                # Drop empty sentences and the documents left without any, in numpy.
-                doc_of_sent = np.repeat(np.arange(len(batch)), per_doc)
-                keep = lens > 0
-                sentences_dropped += int((~keep).sum())
-                doc_nsent = np.bincount(doc_of_sent[keep], minlength=len(batch))
-                docs_skipped += int((doc_nsent == 0).sum())
-                writer.add(tokens, lens[keep], doc_nsent[doc_nsent > 0])
-                bar.update(len(batch))
-                bar.set_postfix(tokens=f"{writer.total_tokens:,}", refresh=False)
+        counts = _write_documents(documents, tokenizer, writer, batch_docs, progress, f"prepare {out.name}")
         writer.close_shard()
         totals = {k: sum(s[k] for s in writer.shards) for k in ("num_tokens", "num_sentences", "num_docs")}
         if totals["num_docs"] == 0:
             raise DataError(f"no document of {source or 'the corpus'} produced any token; check the input text")
         tokenizer.save(tmp / TOKENIZER_DIR)
-        meta = {
-            "format": FORMAT_NAME,
-            "format_version": FORMAT_VERSION,
-            "vocab_size": tokenizer.vocab_size,
-            "dtype": dtype.name,
-            **totals,
-            "num_shards": len(writer.shards),
-            "shards": writer.shards,
-            "tokenizer": {
-                "vocab_sha256": tokenizer.vocab_sha256,
-                "lowercase": tokenizer.lowercase,
-                "strip_accents": tokenizer.strip_accents,
-                "vocab_size": tokenizer.vocab_size,
-            },
-            "source": source,
-            "read_stats": asdict(stats) if stats is not None else None,
-            "cleaning": asdict(cleaning) if is_dataclass(cleaning) else cleaning,
-            "docs_skipped": docs_skipped,
-            "sentences_dropped": sentences_dropped,
-            "num_unk": num_unk,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        }
+        meta = _meta(tokenizer, writer, totals, counts, source=source, stats=stats, cleaning=cleaning)
         with open(tmp / META, "w", encoding="utf-8") as f:
             f.write(json.dumps(meta, indent=2) + "\n")
             f.flush()
@@ -308,9 +335,7 @@ def prepare_shards(
         num_tokens=totals["num_tokens"],
         vocab_size=tokenizer.vocab_size,
         dtype=dtype.name,
-        docs_skipped=docs_skipped,
-        sentences_dropped=sentences_dropped,
-        num_unk=num_unk,
+        **counts,
         seconds=time.perf_counter() - start,
         shards=writer.shards,
     )
