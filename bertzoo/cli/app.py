@@ -10,6 +10,7 @@ import sys
 import bertzoo.cli.attention as attention
 import bertzoo.cli.convert as convert
 import bertzoo.cli.distill as distill
+import bertzoo.cli.embed as embed
 import bertzoo.cli.evaluate as evaluate
 import bertzoo.cli.export as export
 import bertzoo.cli.finetune as finetune
@@ -34,6 +35,7 @@ COMMANDS = (
     evaluate,
     predict,
     generate,
+    embed,
     export,
     convert,
     attention,

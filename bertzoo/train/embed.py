@@ -1,4 +1,5 @@
-"""Batch inference: sort texts by length, pad per batch, run under inference mode.
+"""Sentence vectors from an encoder (`bertzoo embed`): sort texts by length, pad per batch, run under inference
+mode, pool each text's states into one vector.
 
 Sorting by length means a batch pads to its own longest text, not the corpus's, which is most of
 the speed-up over running texts in their given order on mixed-length data.
@@ -8,12 +9,16 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
+from bertzoo.batch import pad_batch
+from bertzoo.errors import ConfigError, DataError
 from bertzoo.nn.masks import masked_mean
 from bertzoo.precision import autocast_dtype, resolve_precision
 
@@ -28,18 +33,6 @@ def tokenize_sorted(tokenizer, texts: Sequence[str], max_length: int) -> tuple[l
     return ids, order
 
 
-def pad(ids: list[list[int]], pad_id: int, multiple: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
-    """(input_ids, attention_mask), padded to the longest row rounded up to `multiple`."""
-    longest = max(len(x) for x in ids)
-    width = -(-longest // multiple) * multiple
-    out = np.full((len(ids), width), pad_id, dtype=np.int64)
-    mask = np.zeros((len(ids), width), dtype=np.int64)
-    for i, row in enumerate(ids):
-        out[i, : len(row)] = row
-        mask[i, : len(row)] = 1
-    return torch.from_numpy(out), torch.from_numpy(mask)
-
-
 def encode(
     encoder: nn.Module,
     tokenizer,
@@ -50,6 +43,7 @@ def encode(
     pooling: Pooling = "mean",
     precision: Literal["auto", "fp32", "bf16"] = "fp32",
     normalize: bool = False,
+    progress: bool = False,
 ) -> np.ndarray:
     """Sentence vectors (len(texts), hidden) in the input order.
 
@@ -57,6 +51,8 @@ def encode(
     or "pooler" (tanh(W h_[CLS]), BERT's classifier input). precision "auto" picks bf16 only where the
     device runs it natively (`bertzoo.precision`).
     """
+    if pooling == "pooler" and getattr(encoder, "pooler", None) is None:
+        raise ConfigError("pooling=pooler needs a model with a pooler, and this one has none; use mean or cls")
     device = next(encoder.parameters()).device
     ids, order = tokenize_sorted(tokenizer, texts, max_length)
     out = np.zeros((len(texts), encoder.config.hidden_size), dtype=np.float32)
@@ -66,10 +62,12 @@ def encode(
     encoder.eval()
     try:
         with torch.inference_mode(), autocast:
-            for start in range(0, len(order), batch_size):
+            starts = range(0, len(order), batch_size)
+            for start in tqdm(starts, desc="embed", unit="batch", disable=not progress, leave=False):
                 chunk = order[start : start + batch_size]
-                input_ids, mask = pad([ids[i] for i in chunk], tokenizer.pad_id)
-                input_ids, mask = input_ids.to(device), mask.to(device)
+                padded, lengths = pad_batch([np.asarray(ids[i]) for i in chunk], tokenizer.pad_id, 8)
+                input_ids = torch.from_numpy(padded).to(device)
+                mask = (torch.arange(padded.shape[1])[None, :] < torch.from_numpy(lengths)[:, None]).long().to(device)
                 result = encoder(input_ids, mask)
                 if pooling == "pooler":
                     vec = result.pooler_output
@@ -83,3 +81,73 @@ def encode(
     if normalize:
         out /= np.linalg.norm(out, axis=1, keepdims=True).clip(min=1e-12)
     return out
+
+
+def read_texts(path: str | Path, field: str = "text") -> list[str]:
+    """The texts of a file: JSONL (`.jsonl`, `.json`: the string `field` of each object) or plain text (one text
+    per non-blank line). DataError naming the file and line for a missing file, a missing or non-string field, or
+    no text at all."""
+    from bertzoo.train.evaluate import read_jsonl
+
+    path = Path(path)
+    if path.suffix.lower() in (".jsonl", ".json"):
+        texts = []
+        for line, record in read_jsonl(path):
+            value = record.get(field)
+            if not isinstance(value, str):
+                raise DataError(f'{path}:{line} has no string {field!r} field; write {{"{field}": "..."}} per line')
+            texts.append(value)
+    else:
+        if not path.is_file():
+            raise DataError(f"input file not found: {path}; pass a JSONL or text file")
+        with open(path, encoding="utf-8", errors="replace") as f:
+            texts = [line.rstrip("\n") for line in f if line.strip()]
+    if not texts:
+        raise DataError(f"{path} holds no text; nothing to embed")
+    return texts
+
+
+def embed_file(
+    model: str | Path,
+    input_path: str | Path,
+    output_path: str | Path,
+    *,
+    field: str = "text",
+    batch_size: int = 64,
+    max_length: int = 128,
+    pooling: Pooling = "mean",
+    normalize: bool = False,
+    device: str = "auto",
+) -> tuple[int, int]:
+    """`bertzoo embed`: the sentence vectors of every text in `input_path`, in input order, written atomically to
+    `output_path` as a float32 .npy array (texts x width). Returns (texts, width)."""
+    import bertzoo.io as io
+    from bertzoo.data.tokens.tokenizer import Tokenizer
+    from bertzoo.engine.devices import resolve_device
+    from bertzoo.loading import load_encoder, resolve
+
+    if Path(output_path).suffix != ".npy":
+        raise ConfigError(f"--output {output_path} must end in .npy (the vectors are saved with numpy.save)")
+    if batch_size < 1 or max_length < 3:
+        raise ConfigError(f"--batch-size must be >= 1 and --max-length >= 3, got {batch_size} and {max_length}")
+    texts = read_texts(input_path, field)
+    directory = resolve(model)
+    encoder = load_encoder(directory).to(resolve_device(device))
+    vectors = encode(
+        encoder,
+        Tokenizer.load(directory),
+        texts,
+        batch_size=batch_size,
+        max_length=max_length,
+        pooling=pooling,
+        normalize=normalize,
+        precision="auto",
+        progress=True,
+    )
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            np.save(f, vectors)
+
+    io.replace_atomically(write, output_path)
+    return vectors.shape

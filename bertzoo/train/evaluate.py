@@ -71,7 +71,7 @@ def _refuse_file_for_mixture(model_dir: str | Path) -> None:
         )
 
 
-def _read_jsonl(path: Path):
+def read_jsonl(path: Path):
     """(line number, record) for each non-blank line; DataError naming the line for anything else."""
     if not path.is_file():
         raise DataError(f"input file not found: {path}; pass a JSONL file (one JSON object per line)")
@@ -148,7 +148,7 @@ def map_jsonl(
         with open(tmp, "w", encoding="utf-8") as out:
             chunk: list[tuple[int, dict[str, Any]]] = []
             with torch.inference_mode():
-                for line_number, record in _read_jsonl(Path(input_path)):
+                for line_number, record in read_jsonl(Path(input_path)):
                     chunk.append((line_number, record))
                     if len(chunk) >= chunk_size:
                         count += flush(chunk, out)
