@@ -138,8 +138,9 @@ def pretrain_family(name: str, shards: Path, out: Path, seed: int, args) -> dict
         "train.seed": seed,
         "train.threads": args.threads,
     }
-    if args.minutes:
+    if args.minutes:  # a cap: the schedule stays in steps, so the table repeats exactly
         overrides["train.max_minutes"] = args.minutes
+        overrides["train.schedule_clock"] = "steps"
     return pretrain(load_pretrain_config(config, overrides))
 
 

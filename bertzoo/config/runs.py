@@ -94,9 +94,10 @@ class TrainConfig:
     warmup_ratio: float = 0.0  # used when warmup_steps is 0
     schedule: Literal["linear", "constant", "cosine", "wsd"] = "linear"
     decay_ratio: float = 0.2  # wsd: share of all steps spent decaying to 0 at the end
-    # "time": warmup and decay follow the share of max_minutes spent (over all sessions of the run), so the
-    # rate reaches its end when the budget does at any step rate; max_steps is then only a cap.
-    schedule_clock: Literal["steps", "time"] = "steps"
+    # "time": warmup and decay follow the share of max_minutes spent (over all sessions of the run) or of max_steps,
+    # whichever is further, so the rate reaches its end when the first of the two caps does. "auto": "time" when
+    # max_minutes is set (and warmup is a ratio), else "steps": a time budget is used well by default.
+    schedule_clock: Literal["auto", "steps", "time"] = "auto"
     clip_norm: float | None = 1.0
     precision: Precision = "auto"  # resolved by bertzoo.precision from the device
     device: str = "auto"  # auto, cpu, cuda, cuda:1, ...
@@ -118,6 +119,14 @@ class TrainConfig:
         # The rest is checked against the device by the trainer; a seed is wrong on any machine.
         if not 0 <= self.seed < 2**63:
             raise ConfigError(f"train.seed must be in [0, 2**63), got {self.seed}")
+
+    @property
+    def clock(self) -> Literal["steps", "time"]:
+        """What the learning-rate schedule follows: `schedule_clock`, with "auto" as "time" when the run has a time
+        budget (and its warmup is a ratio) and "steps" otherwise."""
+        if self.schedule_clock != "auto":
+            return self.schedule_clock
+        return "time" if self.max_minutes is not None and self.warmup_steps == 0 else "steps"
 
 
 @dataclass

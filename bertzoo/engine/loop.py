@@ -94,18 +94,8 @@ class Trainer:
         metric_for_best: str | None = None,
         drop_last: bool = True,
     ) -> None:
-        self.dist = distributed.dist_info()
-        cfg = self.cfg = resolve_batching(cfg, self.dist.world_size)
-        self.device = resolve_device(cfg.device, self.dist.local_rank)
-        validate(cfg, self.device)
-        if num_workers < 0:
-            raise ConfigError(f"num_workers must be >= 0, got {num_workers}")
-        # auto -> bf16 or fp32 from the hardware; the run's config records what was used.
-        cfg = self.cfg = dataclasses.replace(cfg, precision=resolve_precision(cfg.precision, self.device))
-        self.dist = distributed.init_distributed(self.device)
-        self.is_main = self.dist.is_main
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+        self._setup_run(cfg, num_workers)
+        cfg = self.cfg
 
         # FSDP: the model stays on the CPU until it is sharded; only its shards go to the device.
         self.parallel = Parallel(objective, cfg.distributed, self.dist, self.device)
@@ -118,35 +108,7 @@ class Trainer:
         self.progress = progress
         self.output_dir = Path(cfg.output_dir)
 
-        lengths = getattr(train_dataset, "lengths", None)
-        if cfg.bucket_by_length and lengths is None:
-            raise ConfigError(
-                f"train.bucket_by_length needs a dataset with per-example lengths, and "
-                f"{type(train_dataset).__name__} has none; set train.bucket_by_length false"
-            )
-        # A multi-task mixture trains each epoch on the examples its rates pick (data/tasks/mixture.py), not on all.
-        selection = getattr(train_dataset, "selection", None)
-        if cfg.bucket_by_length:
-            self.sampler: ResumableBatchSampler = LengthBucketSampler(
-                lengths,
-                cfg.batch_size,
-                seed=cfg.seed,
-                drop_last=drop_last,
-                rank=self.dist.rank,
-                world_size=self.dist.world_size,
-                selection=selection,
-            )
-        else:
-            self.sampler = ResumableBatchSampler(
-                examples_per_epoch(train_dataset),
-                cfg.batch_size,
-                seed=cfg.seed,
-                shuffle=True,
-                drop_last=drop_last,
-                rank=self.dist.rank,
-                world_size=self.dist.world_size,
-                selection=selection,
-            )
+        self.sampler = self._make_sampler(train_dataset, drop_last)
         if cfg.epochs is not None:
             # A copy: the caller's config keeps meaning "epochs", this run's means "steps".
             steps = max(1, math.ceil(cfg.epochs * self.sampler.batches_per_epoch() / cfg.grad_accum))
@@ -161,6 +123,62 @@ class Trainer:
             rank=self.dist.rank,
         )
 
+        self._build_optimization(param_groups)
+        self.best = self._make_best_tracker(metric_for_best, eval_fn)
+        self._init_progress()
+
+    # --------------------------------------------------------------------------------------- setup
+
+    def _setup_run(self, cfg: TrainConfig, num_workers: int) -> None:
+        """Resolve batching, device and precision for this machine, check the config, join the process group."""
+        self.dist = distributed.dist_info()
+        cfg = self.cfg = resolve_batching(cfg, self.dist.world_size)
+        self.device = resolve_device(cfg.device, self.dist.local_rank)
+        validate(cfg, self.device)
+        if num_workers < 0:
+            raise ConfigError(f"num_workers must be >= 0, got {num_workers}")
+        # auto -> bf16 or fp32 from the hardware; the run's config records what was used.
+        cfg = self.cfg = dataclasses.replace(cfg, precision=resolve_precision(cfg.precision, self.device))
+        self.dist = distributed.init_distributed(self.device)
+        self.is_main = self.dist.is_main
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+
+    def _make_sampler(self, train_dataset: Any, drop_last: bool) -> ResumableBatchSampler:
+        """The resumable batch sampler of this rank: length-bucketed when `train.bucket_by_length`, else shuffled."""
+        cfg = self.cfg
+        lengths = getattr(train_dataset, "lengths", None)
+        if cfg.bucket_by_length and lengths is None:
+            raise ConfigError(
+                f"train.bucket_by_length needs a dataset with per-example lengths, and "
+                f"{type(train_dataset).__name__} has none; set train.bucket_by_length false"
+            )
+        # A multi-task mixture trains each epoch on the examples its rates pick (data/tasks/mixture.py), not on all.
+        selection = getattr(train_dataset, "selection", None)
+        if cfg.bucket_by_length:
+            return LengthBucketSampler(
+                lengths,
+                cfg.batch_size,
+                seed=cfg.seed,
+                drop_last=drop_last,
+                rank=self.dist.rank,
+                world_size=self.dist.world_size,
+                selection=selection,
+            )
+        return ResumableBatchSampler(
+            examples_per_epoch(train_dataset),
+            cfg.batch_size,
+            seed=cfg.seed,
+            shuffle=True,
+            drop_last=drop_last,
+            rank=self.dist.rank,
+            world_size=self.dist.world_size,
+            selection=selection,
+        )
+
+    def _build_optimization(self, param_groups: list[dict[str, Any]] | None) -> None:
+        """Build the optimizer, its schedule (with the budget clock), the loss scaler and the list of parameters."""
+        cfg = self.cfg
         self._groups_arg = param_groups
         self.optimizer = build_optimizer(self.objective, cfg, groups=param_groups)
         self.budget = BudgetClock()  # read by a time-clocked schedule; kept current by _budget_spent
@@ -170,7 +188,10 @@ class Trainer:
         # those without a gradient anyway.
         self._params = list({id(p): p for p in self.objective.parameters()}.values())
 
-        self.best = BestTracker(
+    def _make_best_tracker(self, metric_for_best: str | None, eval_fn: EvalFn | None) -> BestTracker:
+        """The tracker of the best evaluation and early stopping; early stopping needs evaluations."""
+        cfg = self.cfg
+        best = BestTracker(
             cfg.metric_for_best or metric_for_best or "", cfg.greater_is_better, cfg.early_stopping_patience
         )
         if cfg.early_stopping_patience and eval_fn is None:
@@ -178,7 +199,10 @@ class Trainer:
                 "train.early_stopping_patience needs evaluations on a dev set; provide dev data "
                 "or set train.early_stopping_patience 0"
             )
+        return best
 
+    def _init_progress(self) -> None:
+        """Start the progress counters (saved in every checkpoint) and this session's bookkeeping at zero."""
         # Progress, saved in every checkpoint (with the feed's position and the best evaluation).
         self.step = 0
         self.tokens_seen = 0
@@ -195,10 +219,8 @@ class Trainer:
         self._bar: ProgressBar | None = None
         self._session_start = time.monotonic()
         self._rate = TokenRate()
-        self._last_lr = cfg.lr
+        self._last_lr = self.cfg.lr
         self._last_loss = float("nan")
-
-    # --------------------------------------------------------------------------------------- setup
 
     def _seed(self) -> None:
         # Different ranks get different dropout masks; rank 0 matches a single-process run.
@@ -262,8 +284,8 @@ class Trainer:
         # learning rate's clock; from the step, so a resumed run repeats it exactly.
         set_progress = getattr(self.objective, "set_progress", None)
         if set_progress is not None:
-            by_time = self.cfg.schedule_clock == "time"
-            set_progress(self.budget.fraction if by_time else self.step / self.cfg.max_steps)
+            share = self.step / self.cfg.max_steps
+            set_progress(max(self.budget.fraction, share) if self.cfg.clock == "time" else share)
         result = stepper.step(batches)
         if result.skipped is None:
             interval.merge(result.metrics)
@@ -290,14 +312,14 @@ class Trainer:
     def _budget_spent(self) -> bool:
         """Update the budget clock; True once `train.max_minutes` is used up.
 
-        Under `schedule_clock: time` the budget is the whole run's (time before a resume counts), since the
+        On the time clock (`TrainConfig.clock`) the budget is the whole run's (time before a resume counts), since the
         schedule ends with it; otherwise it is each session's. Ranks average their clocks so that every
         rank's learning rate is the same.
         """
         cfg = self.cfg
         if cfg.max_minutes is None:
             return False
-        by_time = cfg.schedule_clock == "time"
+        by_time = cfg.clock == "time"
         spent = self._elapsed() if by_time else time.monotonic() - self._session_start
         if by_time and self.dist.world_size > 1:
             total = distributed.all_reduce_sum(torch.tensor([spent], dtype=torch.float64, device=self.device))
@@ -426,14 +448,28 @@ class Trainer:
         `completed`, `stop_reason`, `final_metrics`, `tokens_per_s`, `skipped_steps`,
         `last_checkpoint` and `final_dir`.
         """
-        cfg = self.cfg
-        if self.is_main:
-            self.output_dir.mkdir(parents=True, exist_ok=True)
-            plain = dict(self.run_config) if self.run_config is not None else {"train": to_plain(cfg)}
-            plain["resolved"] = self.hardware()  # what `auto` became on this machine
-            write_atomic(self.output_dir / "run_config.json", json.dumps(plain, indent=2, default=str) + "\n")
+        self._write_run_config()
         self._seed()
         self._stop_reason = None
+        writer = self._resume_or_start(resume)
+        session_tokens_start = self.tokens_seen
+        start_step = self.step
+        stepper, batches, interval = self._start_session()
+        self._run_steps(stepper, batches, interval, writer)
+        completed, ended = self._completion()
+        final_dir = self._finish(completed, writer)
+        return self._summary(completed, ended, final_dir, start_step, session_tokens_start)
+
+    def _write_run_config(self) -> None:
+        """Write `run_config.json` (with what `auto` became on this machine) into `output_dir` (main rank)."""
+        if self.is_main:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            plain = dict(self.run_config) if self.run_config is not None else {"train": to_plain(self.cfg)}
+            plain["resolved"] = self.hardware()  # what `auto` became on this machine
+            write_atomic(self.output_dir / "run_config.json", json.dumps(plain, indent=2, default=str) + "\n")
+
+    def _resume_or_start(self, resume: str | None) -> MetricsWriter:
+        """Restore the checkpoint `resume` names (if any); the metrics log, cut back to match."""
         path = resolve_resume(resume, self.output_dir, cleanup=self.is_main, say=self._say)
         if path is not None:
             self._restore(path)
@@ -442,7 +478,10 @@ class Trainer:
             writer.truncate_after(self.step)  # steps after the checkpoint are about to be redone
         else:
             writer.reset()  # a fresh run: curves of an earlier attempt would mix with this one
+        return writer
 
+    def _start_session(self) -> tuple[OptimizerStep, Iterator[Batch], RunningAverage]:
+        """Prepare this session's step runner, batches and clocks; notes a resumed run that had already ended."""
         self.objective.train()
         self.optimizer.zero_grad(set_to_none=True)
         stepper = self._prepare()
@@ -451,16 +490,20 @@ class Trainer:
         self._rate.restart()
         self._last_lr = max(g["lr"] for g in self.optimizer.param_groups)
         self._last_loss = float("nan")
-        session_tokens_start = self.tokens_seen
-        start_step = self.step
         batches = iter(self.feed)
         self._epoch_announced = None
         self._announce_epoch()
         if self.best.should_stop:
             self._stop_reason = "early_stopping"  # a resumed run that had already stopped early
-        elif cfg.schedule_clock == "time" and self._budget_spent():
+        elif self.cfg.clock == "time" and self._budget_spent():
             self._stop_reason = "max_minutes"  # a resumed run whose schedule had already ended
+        return stepper, batches, interval
 
+    def _run_steps(
+        self, stepper: OptimizerStep, batches: Iterator[Batch], interval: RunningAverage, writer: MetricsWriter
+    ) -> None:
+        """Train until max_steps or a stop, logging, evaluating and checkpointing on the way; then save."""
+        cfg = self.cfg
         bar = self._bar = ProgressBar(cfg.max_steps, self.step, enabled=self.is_main and self.progress)
         try:
             with stop_on_signals(self._request_stop, stopping=lambda: self._stop_reason is not None):
@@ -494,10 +537,17 @@ class Trainer:
         finally:
             bar.close()
             self._bar = None
+
+    def _completion(self) -> tuple[bool, bool]:
+        """(whether the run is complete, whether early stopping or a spent time-clocked schedule ended it)."""
         early = self._stop_reason == "early_stopping"
         # A time-clocked schedule has ended with its budget: the run is complete, as at max_steps.
-        timed_out = cfg.schedule_clock == "time" and self._stop_reason == "max_minutes"
-        completed = self.step >= cfg.max_steps or early or timed_out
+        timed_out = self.cfg.clock == "time" and self._stop_reason == "max_minutes"
+        completed = self.step >= self.cfg.max_steps or early or timed_out
+        return completed, early or timed_out
+
+    def _finish(self, completed: bool, writer: MetricsWriter) -> Path | None:
+        """Write the final model (when the run is over), say how to continue one that is not, draw the metrics."""
         final_dir = None
         # A run that used up its time budget is finished as far as the user is concerned: its model
         # goes to final/ like a completed run's (a later --resume auto continues and rewrites it).
@@ -516,13 +566,19 @@ class Trainer:
                 plot_metrics(writer.jsonl_path, self.output_dir / "metrics.png")
             except Exception as exc:  # a plot must never fail a finished training run
                 warnings.warn(f"could not draw {self.output_dir / 'metrics.png'} ({exc})", stacklevel=2)
+        return final_dir
+
+    def _summary(
+        self, completed: bool, ended: bool, final_dir: Path | None, start_step: int, session_tokens_start: int
+    ) -> dict[str, Any]:
+        """What `train()` returns: steps, completion, metrics, throughput, and where the model went."""
         session = time.monotonic() - self._session_start
         return {
             "steps": self.step,
             "steps_this_session": self.step - start_step,
             "completed": completed,
             # Early stopping and a time-clocked budget end a run completely, and still say why.
-            "stop_reason": self._stop_reason if early or timed_out or not completed else None,
+            "stop_reason": self._stop_reason if ended or not completed else None,
             "final_metrics": dict(self._final_metrics),
             "tokens_seen": self.tokens_seen,
             "tokens_per_s": (self.tokens_seen - session_tokens_start) / max(session, 1e-9),

@@ -12,11 +12,13 @@ from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from bertzoo.config import TrainConfig
+from bertzoo.engine.distributed import is_main
+from bertzoo.engine.progress import say
 from bertzoo.errors import ConfigError
 from bertzoo.nn.param_groups import decay_split
 
 SCHEDULES = ("linear", "constant", "cosine", "wsd")
-CLOCKS = ("steps", "time")
+CLOCKS = ("auto", "steps", "time")
 # A time-clocked schedule is the step schedule over this many virtual steps of the budget: fine enough that
 # the learning rate moves smoothly, and it reuses one definition of each schedule's shape.
 _TIME_RESOLUTION = 100_000
@@ -133,9 +135,10 @@ def build_scheduler(
 ) -> LambdaLR:
     """LambdaLR with linear warmup then `cfg.schedule` ("linear", "constant", "cosine" or "wsd").
 
-    With `cfg.schedule_clock: time` the schedule runs over the time budget instead of the steps: warmup
-    is `warmup_ratio` of `max_minutes` and the decay ends when the budget does, whatever the step rate
-    (cramming's budget-based schedule). `clock` carries the spent share; `total_steps` is then only a cap.
+    When the schedule follows the clock (`cfg.clock == "time"`: `schedule_clock: time`, or `auto` with a time
+    budget) it runs over the time budget or the steps, whichever is further along: warmup is `warmup_ratio` of
+    the run and the decay ends when the first cap does, whatever the step rate (cramming's budget-based
+    schedule). `clock` carries the spent share of the budget.
     """
     if total_steps < 1:
         raise ConfigError(f"total training steps must be >= 1, got {total_steps}; raise train.max_steps")
@@ -146,7 +149,10 @@ def build_scheduler(
     if not 0.0 < decay <= 1.0:
         raise ConfigError(f"train.decay_ratio must be in (0, 1], got {decay}")
     check_time_clock(cfg)
-    by_time = cfg.schedule_clock == "time"
+    note = clock_note(cfg)
+    if note and is_main():
+        say(note)
+    by_time = cfg.clock == "time"
     if by_time and clock is None:
         raise ValueError("a time-clocked schedule needs the trainer's BudgetClock")
     budget = clock if by_time else None  # None: the schedule counts optimizer steps
@@ -156,10 +162,25 @@ def build_scheduler(
     # A closure (not a callable object) keeps the scheduler's state_dict free of custom objects, so it
     # round-trips through torch.load(weights_only=True).
     def factor(step: int) -> float:
-        position = step if budget is None else min(total, round(budget.fraction * total))
+        if budget is None:
+            position = step
+        else:  # the share done is the budget's or the steps', whichever is larger: either cap ends the schedule
+            position = min(total, round(max(budget.fraction, step / total_steps) * total))
         return lr_factor(position, schedule=schedule, warmup=warmup, total=total, decay_ratio=decay)
 
     return LambdaLR(optimizer, factor)
+
+
+def clock_note(cfg: TrainConfig) -> str | None:
+    """One line for a run whose time budget may stop it before its step schedule ends (a time cap with warmup
+    in steps keeps the step clock): the learning rate would not have decayed when the budget runs out."""
+    if cfg.max_minutes is None or cfg.clock == "time":
+        return None
+    return (
+        f"note: the learning-rate schedule counts train.max_steps={cfg.max_steps}; if train.max_minutes="
+        f"{cfg.max_minutes:g} stops the run first, the rate will not have decayed (train.warmup_ratio instead of "
+        "warmup_steps lets it follow the time budget)"
+    )
 
 
 def check_time_clock(cfg: TrainConfig) -> None:
@@ -168,7 +189,7 @@ def check_time_clock(cfg: TrainConfig) -> None:
         raise ConfigError(
             f"train.schedule_clock={cfg.schedule_clock!r} is not allowed; choose one of: {', '.join(CLOCKS)}"
         )
-    if cfg.schedule_clock != "time":
+    if cfg.clock != "time":
         return
     if cfg.max_minutes is None:
         raise ConfigError("train.schedule_clock: time follows the time budget; set train.max_minutes")

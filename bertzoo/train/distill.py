@@ -235,74 +235,23 @@ def _general(cfg: DistillConfig, resume: str | None) -> dict[str, Any]:
 
 
 def _task(cfg: DistillConfig, resume: str | None) -> dict[str, Any]:
-    from bertzoo.engine.distributed import main_first
-    from bertzoo.engine.keyed_cache import weights_key
-    from bertzoo.loading import load_encoder, load_finetuned, resolve
+    from bertzoo.loading import load_finetuned
     from bertzoo.tasks import get_task
-    from bertzoo.train.finetune import SPLITS, _prefixed, _save_extra, _subset, build_model, has_split
-    from bertzoo.train.students import copy_matching, encoder_from_teacher, random_encoder
-    from bertzoo.train.teacher_cache import data_key, open_cache, teacher_logits
+    from bertzoo.train.finetune import _prefixed, _save_extra
 
     teacher_task, teacher, tokenizer = load_finetuned(cfg.teacher, {"data": cfg.data} if cfg.data else None)
-    technique = cfg.technique
-    if technique.pooling == "auto":
-        # The student's sentence vector is the teacher's unless the config says otherwise: its head (copied
-        # from the teacher, or imitating its logits) is trained on that vector.
-        technique = dataclasses.replace(technique, pooling=teacher_task.cfg.technique.pooling)
-    ft_cfg: FinetuneConfig = dataclasses.replace(
-        teacher_task.cfg, train=cfg.train, technique=technique, model=cfg.teacher, model_config={}
-    )
+    ft_cfg = _student_config(cfg, teacher_task.cfg)
     task = get_task(ft_cfg, tokenizer)  # the student's (its own technique; the teacher's labels)
-    examples: dict[str, list[dict[str, Any]]] = {}
-    for split in SPLITS:
-        if split == "train" or has_split(ft_cfg, split):
-            examples[split] = task.load(split)
-    examples["train"] = _subset(examples["train"], ft_cfg.data.max_train_examples)
-    if not examples["train"]:
-        raise ConfigError("the training split is empty; check the teacher's data section or data overrides")
-    examples = {k: v for k, v in examples.items() if v}
+    examples = _task_examples(task, ft_cfg)
     device = _device(cfg.train)
     augmented = None
     if cfg.augment.model and cfg.augment.copies:
         examples["train"], augmented = _augmented(cfg, examples["train"], tokenizer, device)
-
-    layers = None
-    if cfg.student.init == "teacher_layers":
-        encoder, layers = encoder_from_teacher(teacher.encoder, cfg.student)
-    elif cfg.student.init == "model":
-        encoder = load_encoder(_need(cfg.student.model, "student.model"))
-    else:
-        encoder = random_encoder(cfg.student.model_config, tokenizer, cfg.train.seed)
-    if encoder.config.vocab_size != teacher.encoder.config.vocab_size:
-        raise ConfigError(
-            f"the student's vocabulary has {encoder.config.vocab_size} tokens and the teacher's "
-            f"{teacher.encoder.config.vocab_size}; both read the same token ids, so they need one vocabulary"
-        )
-    student = build_model(task, encoder, ft_cfg)
-    if cfg.student.init == "teacher_layers":
-        # The teacher's head reads its pooler: copy both, or neither when the student's pooler is another
-        # function (a DistilBERT student's relu pre_classifier under a BERT teacher's tanh pooler).
-        same_pooler = (encoder.pooler is None) == (teacher.encoder.pooler is None) and (
-            encoder.config.pooler_act == teacher.encoder.config.pooler_act
-        )
-        if same_pooler:
-            copy_matching(student, teacher, "encoder.pooler.")
-            copy_matching(student, teacher, "head.")
+    student, layers = _task_student(cfg, task, ft_cfg, teacher, tokenizer)
     datasets = {split: task.featurize(rows, split) for split, rows in examples.items()}
 
     teacher.to(device)
-    cache = None
-    if cfg.teacher_cache != "off" and any(_reads_cached_logits(p.loss) for p in phases_of(cfg)):
-        where = _cache_dir(cfg, cfg.teacher_cache, CACHE_DIR)
-        train_ds = datasets["train"]
-        batch_size = cfg.train.eval_batch_size or cfg.train.batch_size
-        keys = (weights_key(resolve(cfg.teacher)), data_key(train_ds))
-
-        def compute() -> torch.Tensor:
-            return teacher_logits(teacher, train_ds, task.collate, batch_size=batch_size, device=device)
-
-        # One process writes the cache; the others wait for it and read it (torchrun).
-        cache, reused = main_first(lambda: open_cache(where, *keys, compute))
+    cache, cache_entry = _open_teacher_cache(cfg, teacher, task, datasets["train"], device)
 
     def eval_for(phase: PhaseConfig):
         # Only a phase that trains the predictions evaluates them (and picks its best/ by them): accuracy after
@@ -328,12 +277,110 @@ def _task(cfg: DistillConfig, resume: str | None) -> dict[str, Any]:
         "teacher_parameters": teacher.encoder.num_parameters(),
         "student_parameters": student.encoder.num_parameters(),
         "examples": {k: len(v) for k, v in examples.items()},
-        **({"teacher_cache": {"path": str(where), "reused": reused}} if cache is not None else {}),
+        **({"teacher_cache": cache_entry} if cache is not None else {}),
         **({"augment_cache": augmented} if augmented else {}),
         "phases": summaries,
     }
     if not done:
         return report
+    _score_teacher_and_student(report, teacher_task, teacher, task, student, examples, datasets)
+    _write_student(cfg, student, save_extra, report)
+    return report
+
+
+def _student_config(cfg: DistillConfig, teacher_cfg: FinetuneConfig) -> FinetuneConfig:
+    """The student's fine-tuning config: the teacher's task and data, this run's train settings and technique."""
+    technique = cfg.technique
+    if technique.pooling == "auto":
+        # The student's sentence vector is the teacher's unless the config says otherwise: its head (copied
+        # from the teacher, or imitating its logits) is trained on that vector.
+        technique = dataclasses.replace(technique, pooling=teacher_cfg.technique.pooling)
+    return dataclasses.replace(teacher_cfg, train=cfg.train, technique=technique, model=cfg.teacher, model_config={})
+
+
+def _task_examples(task: Any, ft_cfg: FinetuneConfig) -> dict[str, list[dict[str, Any]]]:
+    """The task's examples by split (training subset applied, empty splits dropped); an empty training split
+    is a ConfigError."""
+    from bertzoo.train.finetune import SPLITS, _subset, has_split
+
+    examples: dict[str, list[dict[str, Any]]] = {}
+    for split in SPLITS:
+        if split == "train" or has_split(ft_cfg, split):
+            examples[split] = task.load(split)
+    examples["train"] = _subset(examples["train"], ft_cfg.data.max_train_examples)
+    if not examples["train"]:
+        raise ConfigError("the training split is empty; check the teacher's data section or data overrides")
+    return {k: v for k, v in examples.items() if v}
+
+
+def _task_student(
+    cfg: DistillConfig, task: Any, ft_cfg: FinetuneConfig, teacher: nn.Module, tokenizer: Any
+) -> tuple[nn.Module, list[int] | None]:
+    """The student task model as `student.init` says, checked against the teacher's vocabulary, and the
+    teacher layers it was started from (None unless init is teacher_layers)."""
+    from bertzoo.loading import load_encoder
+    from bertzoo.train.finetune import build_model
+    from bertzoo.train.students import copy_matching, encoder_from_teacher, random_encoder
+
+    layers = None
+    if cfg.student.init == "teacher_layers":
+        encoder, layers = encoder_from_teacher(teacher.encoder, cfg.student)
+    elif cfg.student.init == "model":
+        encoder = load_encoder(_need(cfg.student.model, "student.model"))
+    else:
+        encoder = random_encoder(cfg.student.model_config, tokenizer, cfg.train.seed)
+    if encoder.config.vocab_size != teacher.encoder.config.vocab_size:
+        raise ConfigError(
+            f"the student's vocabulary has {encoder.config.vocab_size} tokens and the teacher's "
+            f"{teacher.encoder.config.vocab_size}; both read the same token ids, so they need one vocabulary"
+        )
+    student = build_model(task, encoder, ft_cfg)
+    if cfg.student.init == "teacher_layers":
+        # The teacher's head reads its pooler: copy both, or neither when the student's pooler is another
+        # function (a DistilBERT student's relu pre_classifier under a BERT teacher's tanh pooler).
+        same_pooler = (encoder.pooler is None) == (teacher.encoder.pooler is None) and (
+            encoder.config.pooler_act == teacher.encoder.config.pooler_act
+        )
+        if same_pooler:
+            copy_matching(student, teacher, "encoder.pooler.")
+            copy_matching(student, teacher, "head.")
+    return student, layers
+
+
+def _open_teacher_cache(
+    cfg: DistillConfig, teacher: nn.Module, task: Any, train_ds: Any, device: torch.device
+) -> tuple[Any, dict[str, Any] | None]:
+    """The teacher's logits on the training features, when a phase reads only those and the cache is on, and
+    the report's entry for it; (None, None) otherwise."""
+    from bertzoo.engine.distributed import main_first
+    from bertzoo.engine.keyed_cache import weights_key
+    from bertzoo.loading import resolve
+    from bertzoo.train.teacher_cache import data_key, open_cache, teacher_logits
+
+    if cfg.teacher_cache == "off" or not any(_reads_cached_logits(p.loss) for p in phases_of(cfg)):
+        return None, None
+    where = _cache_dir(cfg, cfg.teacher_cache, CACHE_DIR)
+    batch_size = cfg.train.eval_batch_size or cfg.train.batch_size
+    keys = (weights_key(resolve(cfg.teacher)), data_key(train_ds))
+
+    def compute() -> torch.Tensor:
+        return teacher_logits(teacher, train_ds, task.collate, batch_size=batch_size, device=device)
+
+    # One process writes the cache; the others wait for it and read it (torchrun).
+    cache, reused = main_first(lambda: open_cache(where, *keys, compute))
+    return cache, {"path": str(where), "reused": reused}
+
+
+def _score_teacher_and_student(
+    report: dict[str, Any],
+    teacher_task: Any,
+    teacher: nn.Module,
+    task: Any,
+    student: nn.Module,
+    examples: dict[str, list[dict[str, Any]]],
+    datasets: dict[str, Any],
+) -> None:
+    """Add the teacher's and the student's dev and test metrics to `report`."""
     student.eval()
     for split in ("dev", "test"):
         if split in datasets:
@@ -341,8 +388,6 @@ def _task(cfg: DistillConfig, resume: str | None) -> dict[str, Any]:
             s = task.evaluate(student, examples[split], datasets[split])
             report[f"teacher_{split}"] = t.metrics
             report[f"student_{split}"] = s.metrics
-    _write_student(cfg, student, save_extra, report)
-    return report
 
 
 def _augmented(

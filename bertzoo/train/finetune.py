@@ -20,6 +20,7 @@ import dataclasses
 import json
 import math
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from bertzoo.config import FinetuneConfig, resolve_batching, to_plain
+from bertzoo.config import FinetuneConfig, TrainConfig, resolve_batching, to_plain
 from bertzoo.engine.evaluation import BEST_DIR
 from bertzoo.errors import CheckpointError, ConfigError, DataError
 from bertzoo.io import FINETUNE_CONFIG
@@ -41,11 +42,23 @@ REPORT = "report.json"
 SPLITS = ("train", "dev", "test")
 
 
+def check_start(cfg: FinetuneConfig) -> None:
+    """ConfigError unless the run names exactly one start: a model directory or a `model_config`."""
+    if bool(cfg.model) == bool(cfg.model_config):
+        raise ConfigError(
+            "set exactly one of `model` (a pretrained directory or builtin:all-minilm-l6-v2) and `model_config` "
+            "(random init, e.g. {preset: bert-mini})"
+        )
+
+
 def load_tokenizer(cfg: FinetuneConfig):
-    """The tokenizer of `cfg.tokenizer`, else of the model directory."""
+    """The tokenizer of `cfg.tokenizer`, else of the model directory. The start is checked first, so a missing
+    model is reported as such even when the config names a tokenizer of its own."""
     from bertzoo.data.tokens.tokenizer import Tokenizer
 
-    source = cfg.tokenizer or (str(resolve_model_path(cfg.model)) if cfg.model else "")
+    check_start(cfg)
+    model_dir = resolve_model_path(cfg.model) if cfg.model else None
+    source = cfg.tokenizer or (str(model_dir) if model_dir is not None else "")
     if not source:
         raise ConfigError(
             "no tokenizer: set `tokenizer` (a directory with vocab.txt or tokenizer.json) when training from "
@@ -65,11 +78,7 @@ def build_encoder(cfg: FinetuneConfig, tokenizer) -> nn.Module:
     from bertzoo.loading import load_encoder, load_encoder_decoder, read_config
     from bertzoo.variants import get_variant, model_config_of
 
-    if bool(cfg.model) == bool(cfg.model_config):
-        raise ConfigError(
-            "set exactly one of `model` (a pretrained directory or builtin:all-minilm-l6-v2) and `model_config` "
-            "(random init, e.g. {preset: bert-mini})"
-        )
+    check_start(cfg)
     uses_decoder = bool(getattr(TASKS.get(cfg.task), "uses_decoder", False))
     if cfg.model:
         path = resolve_model_path(cfg.model)  # once: an hf: model is downloaded here
@@ -203,27 +212,15 @@ def _prefixed(metrics: dict[str, float]) -> dict[str, float]:
 def finetune(cfg: FinetuneConfig, resume: str | None = None) -> dict[str, Any]:
     """Run (or resume) a fine-tuning job; returns the trainer's summary plus dev/test metrics of the
     best model and where the model and report went."""
-    from bertzoo.engine.distributed import dist_info, is_main
+    from bertzoo.engine.distributed import is_main
     from bertzoo.engine.loop import Trainer
-    from bertzoo.engine.sampler import examples_per_epoch
-    from bertzoo.io import write_atomic, write_dir_atomic
-    from bertzoo.tasks.techniques import apply_techniques, layerwise_lr_groups, trainable_summary
+    from bertzoo.tasks.techniques import apply_techniques, trainable_summary
 
     tokenizer = load_tokenizer(cfg)
     encoder = build_encoder(cfg, tokenizer)
     task = get_task(cfg, tokenizer)
     link_backbone_entities(task, encoder, tokenizer)  # ERNIE-THU: task text linked to its knowledge graph
-
-    examples: dict[str, list[dict[str, Any]]] = {}
-    for split in SPLITS:  # train first: it fixes the label set
-        if split == "train" or has_split(cfg, split):
-            examples[split] = task.load(split)
-            if split == "train":
-                examples[split] = _subset(examples[split], cfg.data.max_train_examples)
-            if not examples[split]:
-                if split == "train":
-                    raise DataError("the training split is empty; check data.train / data.dataset")
-                del examples[split]
+    examples = _load_splits(task, cfg)
 
     # Build before featurizing: features may depend on the model (a causal model's similarity pairs
     # are encoded in both orders), as they do when a saved model is loaded.
@@ -233,33 +230,8 @@ def finetune(cfg: FinetuneConfig, resume: str | None = None) -> dict[str, Any]:
         raise DataError("no training features were produced; check the data and data.max_seq_len")
     techniques = apply_techniques(model, cfg.technique)
     schedule = techniques.pop("schedule", None)  # gradual unfreezing or LP-FT: what trains changes by epoch
-    groups = None
-    if cfg.technique.layer_lr_decay != 1.0 or schedule is not None:
-        groups = layerwise_lr_groups(
-            model,
-            cfg.train.lr,
-            cfg.technique.layer_lr_decay,
-            cfg.train.weight_decay,
-            include_frozen=schedule is not None,
-        )
-
-    train_cfg = cfg.train
-    eval_fn = None
-    metric_for_best = None
-    if "dev" in datasets:
-        dev_ex, dev_ds = examples["dev"], datasets["dev"]
-
-        def eval_fn(m: nn.Module) -> dict[str, float]:
-            return _prefixed(task.evaluate(m, dev_ex, dev_ds).metrics)
-
-        metric_for_best = f"eval_{task.default_metric}"
-        if not train_cfg.eval_every:
-            # Evaluate once per epoch by default: the unit early stopping and best-model selection count in.
-            world = dist_info().world_size
-            accum = resolve_batching(train_cfg, world).grad_accum
-            batches = math.ceil(examples_per_epoch(datasets["train"]) / (train_cfg.batch_size * world))
-            per_epoch = math.ceil(batches / accum)
-            train_cfg = dataclasses.replace(train_cfg, eval_every=max(1, per_epoch))
+    groups = _param_groups(model, cfg, schedule)
+    train_cfg, eval_fn, metric_for_best = _dev_evaluation(cfg, task, examples, datasets)
     trainer = Trainer(
         model,
         datasets["train"],
@@ -282,14 +254,7 @@ def finetune(cfg: FinetuneConfig, resume: str | None = None) -> dict[str, Any]:
         return summary  # interrupted: continue with --resume auto; a spent time budget still reports
 
     out = Path(train_cfg.output_dir)
-    best = out / BEST_DIR
-    if (best / "model.safetensors").is_file():
-        from bertzoo.engine.weights import load_weights
-
-        load_weights(model, best / "model.safetensors")
-        summary["model_from"] = "best"
-    else:
-        summary["model_from"] = "last"
+    summary["model_from"] = _load_best(model, out)
     model.eval()
     # Test before dev: a task may tune something on the split it evaluates (QA's no-answer threshold)
     # and keep it in the saved model; evaluating dev last makes that value dev's, never test's.
@@ -297,7 +262,87 @@ def finetune(cfg: FinetuneConfig, resume: str | None = None) -> dict[str, Any]:
         split: task.evaluate(model, examples[split], datasets[split]) for split in ("test", "dev") if split in datasets
     }
     results = {split: results[split] for split in ("dev", "test") if split in results}
-    report: dict[str, Any] = {
+    report = _report(cfg, summary, examples)
+    for split, result in results.items():
+        report[split] = {"metrics": result.metrics, "report": result.report}
+        summary[split] = result.metrics
+    if is_main():
+        _write_results(out, model, tokenizer, cfg, report, results, summary)
+    return summary
+
+
+def _load_splits(task: Any, cfg: FinetuneConfig) -> dict[str, list[dict[str, Any]]]:
+    """The task's examples of every configured split (the training subset applied, empty splits dropped);
+    an empty training split is a DataError."""
+    examples: dict[str, list[dict[str, Any]]] = {}
+    for split in SPLITS:  # train first: it fixes the label set
+        if split == "train" or has_split(cfg, split):
+            examples[split] = task.load(split)
+            if split == "train":
+                examples[split] = _subset(examples[split], cfg.data.max_train_examples)
+            if not examples[split]:
+                if split == "train":
+                    raise DataError("the training split is empty; check data.train / data.dataset")
+                del examples[split]
+    return examples
+
+
+def _param_groups(model: nn.Module, cfg: FinetuneConfig, schedule: Any) -> list[dict[str, Any]] | None:
+    """Layer-wise learning-rate groups when the technique decays rates by layer or unfreezes by epoch, else None."""
+    from bertzoo.tasks.techniques import layerwise_lr_groups
+
+    if cfg.technique.layer_lr_decay == 1.0 and schedule is None:
+        return None
+    return layerwise_lr_groups(
+        model,
+        cfg.train.lr,
+        cfg.technique.layer_lr_decay,
+        cfg.train.weight_decay,
+        include_frozen=schedule is not None,
+    )
+
+
+def _dev_evaluation(
+    cfg: FinetuneConfig, task: Any, examples: dict[str, list[dict[str, Any]]], datasets: dict[str, Any]
+) -> tuple[TrainConfig, Callable[[nn.Module], dict[str, float]] | None, str | None]:
+    """(train config, eval_fn, metric_for_best) for the Trainer: evaluation on dev when there is a dev split,
+    by default once per epoch."""
+    from bertzoo.engine.distributed import dist_info
+    from bertzoo.engine.sampler import examples_per_epoch
+
+    train_cfg = cfg.train
+    if "dev" not in datasets:
+        return train_cfg, None, None
+    dev_ex, dev_ds = examples["dev"], datasets["dev"]
+
+    def eval_fn(m: nn.Module) -> dict[str, float]:
+        return _prefixed(task.evaluate(m, dev_ex, dev_ds).metrics)
+
+    metric_for_best = f"eval_{task.default_metric}"
+    if not train_cfg.eval_every:
+        # Evaluate once per epoch by default: the unit early stopping and best-model selection count in.
+        world = dist_info().world_size
+        accum = resolve_batching(train_cfg, world).grad_accum
+        batches = math.ceil(examples_per_epoch(datasets["train"]) / (train_cfg.batch_size * world))
+        per_epoch = math.ceil(batches / accum)
+        train_cfg = dataclasses.replace(train_cfg, eval_every=max(1, per_epoch))
+    return train_cfg, eval_fn, metric_for_best
+
+
+def _load_best(model: nn.Module, out: Path) -> str:
+    """Load the best evaluation's weights into `model` when `best/` holds them; which model this is ("best"/"last")."""
+    best = out / BEST_DIR
+    if (best / "model.safetensors").is_file():
+        from bertzoo.engine.weights import load_weights
+
+        load_weights(model, best / "model.safetensors")
+        return "best"
+    return "last"
+
+
+def _report(cfg: FinetuneConfig, summary: dict[str, Any], examples: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """The head of `report.json`: the task, the model, how training went and the examples per split."""
+    return {
         "task": cfg.task,
         "model": cfg.model or {"model_config": cfg.model_config},
         "model_from": summary["model_from"],
@@ -308,25 +353,34 @@ def finetune(cfg: FinetuneConfig, resume: str | None = None) -> dict[str, Any]:
         "trainable_parameters": summary["trainable_parameters"],
         "examples": {split: len(examples[split]) for split in examples},
     }
-    for split, result in results.items():
-        report[split] = {"metrics": result.metrics, "report": result.report}
-        summary[split] = result.metrics
-    if is_main():
-        model_dir = out / MODEL_DIR
 
-        def write_model(directory: Path) -> None:
-            model.save_pretrained(directory)
-            _save_extra(tokenizer, cfg)(directory)
 
-        write_dir_atomic(model_dir, write_model)
-        write_atomic(out / REPORT, json.dumps(report, indent=2, default=json_default) + "\n")
-        shown = results.get("test") or results.get("dev")
-        if shown is not None and plot_confusion(shown.report, out / "confusion_matrix.png"):
-            summary["confusion_matrix"] = str(out / "confusion_matrix.png")
-        summary["model_dir"] = str(model_dir)
-        summary["report"] = str(out / REPORT)
-        write_atomic(out / "summary.json", json.dumps(summary, indent=2, default=json_default) + "\n")
-    return summary
+def _write_results(
+    out: Path,
+    model: nn.Module,
+    tokenizer: Any,
+    cfg: FinetuneConfig,
+    report: dict[str, Any],
+    results: dict[str, Any],
+    summary: dict[str, Any],
+) -> None:
+    """Write the final model, the report, the confusion matrix and the summary into `out` (main rank)."""
+    from bertzoo.io import write_atomic, write_dir_atomic
+
+    model_dir = out / MODEL_DIR
+
+    def write_model(directory: Path) -> None:
+        model.save_pretrained(directory)
+        _save_extra(tokenizer, cfg)(directory)
+
+    write_dir_atomic(model_dir, write_model)
+    write_atomic(out / REPORT, json.dumps(report, indent=2, default=json_default) + "\n")
+    shown = results.get("test") or results.get("dev")
+    if shown is not None and plot_confusion(shown.report, out / "confusion_matrix.png"):
+        summary["confusion_matrix"] = str(out / "confusion_matrix.png")
+    summary["model_dir"] = str(model_dir)
+    summary["report"] = str(out / REPORT)
+    write_atomic(out / "summary.json", json.dumps(summary, indent=2, default=json_default) + "\n")
 
 
 def _subset(examples: list[dict[str, Any]], limit: int | None) -> list[dict[str, Any]]:

@@ -30,9 +30,8 @@ def build_pretraining(cfg: PretrainConfig):
     `build(model_config, objective, **cfg.objective_args)` makes the trainable module, and
     `use_tokenizer(module, tokenizer)` fills what it takes from the vocabulary (ELMo's character table).
     """
-    from bertzoo.data.pretraining.collate_mlm import PretrainingCollator
     from bertzoo.data.tokens.shards import ShardedCorpus
-    from bertzoo.variants import get_variant, scratch_config
+    from bertzoo.variants import get_variant
 
     if not cfg.data.shards:
         raise ConfigError("data.shards is not set; run `bertzoo prepare` and pass --data.shards DIR")
@@ -42,6 +41,25 @@ def build_pretraining(cfg: PretrainConfig):
     corpus.check_tokenizer(tokenizer)  # a replaced shards/tokenizer/ would feed the model ids it cannot embed
     if variant.run_tokenizer is not None:
         tokenizer = variant.run_tokenizer(cfg, tokenizer)
+    objective = _build_objective(cfg, variant, tokenizer)
+
+    @functools.cache
+    def train_counts() -> np.ndarray:
+        """Training-token frequencies, streamed over the shards once however many uses need them."""
+        return unigram_counts(corpus, tokenizer.vocab_size, tokenizer.special_ids)
+
+    _start_from_counts(cfg, objective, corpus, tokenizer, train_counts)
+    if cfg.relative_bias_init == "local":
+        start_local_bias(objective, cfg.variant)
+    dataset = pretraining_examples(cfg, corpus, tokenizer)
+    collator = _make_collator(cfg, variant, tokenizer, train_counts)
+    return objective, dataset, collator, tokenizer
+
+
+def _build_objective(cfg: PretrainConfig, variant: Any, tokenizer: Any) -> torch.nn.Module:
+    """The variant's trainable module, its config checked against the run's tokenizer and data.max_seq_len."""
+    from bertzoo.variants import scratch_config
+
     model_cfg = scratch_config(variant, cfg.model, tokenizer)
     if model_cfg.vocab_size != tokenizer.vocab_size:
         raise ConfigError(
@@ -62,12 +80,17 @@ def build_pretraining(cfg: PretrainConfig):
         objective = variant.build(model_cfg, objective=variant.objective(cfg), **cfg.objective_args)
         if variant.use_tokenizer is not None:
             variant.use_tokenizer(objective, tokenizer)
+    return objective
 
-    @functools.cache
-    def train_counts() -> np.ndarray:
-        """Training-token frequencies, streamed over the shards once however many uses need them."""
-        return unigram_counts(corpus, tokenizer.vocab_size, tokenizer.special_ids)
 
+def _start_from_counts(
+    cfg: PretrainConfig,
+    objective: torch.nn.Module,
+    corpus: Any,
+    tokenizer: Any,
+    train_counts: Callable[[], np.ndarray],
+) -> None:
+    """Apply the count-based starts the config asks for (`word_embedding_init`, `mlm_bias_init`)."""
     ppmi_start, unigram_start = cfg.word_embedding_init == "ppmi-svd", cfg.mlm_bias_init == "unigram"
     # ELECTRA's second stage: the word tables and the frozen generator's masked-LM head are the generator run's,
     # so neither count-based start replaces them.
@@ -90,9 +113,12 @@ def build_pretraining(cfg: PretrainConfig):
                 f"mlm_bias_init: unigram needs a masked-LM output bias, which the {cfg.variant} model has none of "
                 "(a GPT head is the tied word table alone); remove mlm_bias_init"
             )
-    if cfg.relative_bias_init == "local":
-        start_local_bias(objective, cfg.variant)
-    dataset = pretraining_examples(cfg, corpus, tokenizer)
+
+
+def _make_collator(cfg: PretrainConfig, variant: Any, tokenizer: Any, train_counts: Callable[[], np.ndarray]) -> Any:
+    """The run's collator: the variant's own, unit masking for a non-token strategy, else BERT's token masking."""
+    from bertzoo.data.pretraining.collate_mlm import PretrainingCollator
+
     power = cfg.data.masking.frequency_power
     if power and (variant.collator is not None or cfg.data.masking.strategy != "token"):
         raise ConfigError(
@@ -100,28 +126,26 @@ def build_pretraining(cfg: PretrainConfig):
             f"{cfg.variant} variant's own data recipe or strategy {cfg.data.masking.strategy!r}; set it to 0"
         )
     if variant.collator is not None:
-        collator = variant.collator(cfg, tokenizer)
-    elif cfg.data.masking.strategy != "token":
+        return variant.collator(cfg, tokenizer)
+    if cfg.data.masking.strategy != "token":
         # Whole-word, span, phrase or entity masking needs unit boundaries (WordPiece `##` at least).
         from bertzoo.data.pretraining.collate_units import UnitMaskingCollator
 
-        collator = UnitMaskingCollator(
+        return UnitMaskingCollator(
             tokenizer,
             cfg.data.masking,
             seed=cfg.train.seed,
             pad_to_multiple_of=cfg.data.pad_to_multiple_of,
             strategy=cfg.data.masking.strategy,
         )
-    else:
-        collator = PretrainingCollator(
-            tokenizer,
-            cfg.data.masking,
-            seed=cfg.train.seed,
-            pad_to_multiple_of=cfg.data.pad_to_multiple_of,
-            selector=cfg.data.masking.strategy,
-            token_weights=masking_weights(train_counts(), power) if power else None,
-        )
-    return objective, dataset, collator, tokenizer
+    return PretrainingCollator(
+        tokenizer,
+        cfg.data.masking,
+        seed=cfg.train.seed,
+        pad_to_multiple_of=cfg.data.pad_to_multiple_of,
+        selector=cfg.data.masking.strategy,
+        token_weights=masking_weights(train_counts(), power) if power else None,
+    )
 
 
 def start_local_bias(objective: torch.nn.Module, variant: str) -> None:

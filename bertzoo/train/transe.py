@@ -79,14 +79,7 @@ def train_transe(
     and, with `out_dir`, writes the embedding directory there. `max_seconds` ends training after the epoch
     that passes it (the best weights so far are kept and evaluated)."""
     _check(dim=dim, epochs=epochs, lr=lr, margin=margin, batch_size=batch_size, eval_every=eval_every)
-    if norm not in (1, 2):
-        raise ConfigError(f"kg-embed: norm must be 1 or 2, got {norm}")
-    if corruption not in ("unif", "bern"):
-        raise ConfigError(f"kg-embed: corruption must be unif or bern, got {corruption!r}")
-    if optimizer not in ("adam", "sgd"):
-        raise ConfigError(f"kg-embed: optimizer must be adam or sgd, got {optimizer!r}")
-    if len(kg.train) == 0:
-        raise DataError(f"{kg.source} has no training triples")
+    _check_choices(kg, norm=norm, corruption=corruption, optimizer=optimizer)
     start = time.perf_counter()
     torch.manual_seed(seed)
     model = TransE(kg.num_entities, kg.num_relations, dim, norm=norm, sparse=True)
@@ -108,33 +101,11 @@ def train_transe(
     try:
         for epoch in range(1, epochs + 1):
             epoch_start = time.perf_counter()
-            model.train()
-            order = torch.randperm(len(train), generator=generator)
-            total, count = 0.0, 0
-            for i in range(0, len(order), batch_size):
-                positive = train[order[i : i + batch_size]]
-                negative = model.corrupt(positive, generator, head_probs)
-                loss = model.margin_loss(positive, negative, margin)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                with torch.no_grad():  # back onto the unit sphere: the rows this step moved
-                    rows = torch.unique(torch.cat([positive[:, [0, 2]].ravel(), negative[:, [0, 2]].ravel()]))
-                    w = model.entity.weight
-                    w[rows] = w[rows] / w[rows].norm(dim=1, keepdim=True).clamp_min(1e-12)
-                total += float(loss.detach()) * len(positive)
-                count += len(positive)
-            record: dict[str, Any] = {"epoch": epoch, "loss": total / count}
+            loss = _train_epoch(model, opt, train, generator, head_probs, batch_size, margin)
+            record: dict[str, Any] = {"epoch": epoch, "loss": loss}
             evaluate = len(valid) > 0 and (epoch % eval_every == 0 or epoch == epochs)
             if evaluate:
-                metrics, _ = evaluate_transe(model, valid, known)
-                record["valid_mrr"], record["valid_hits@10"] = metrics["mrr"], metrics["hits@10"]
-                if metrics["mrr"] > best["mrr"]:
-                    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-                    best.update(mrr=metrics["mrr"], epoch=epoch, state=state, metrics=metrics)
-                    bad_evals = 0
-                else:
-                    bad_evals += 1
+                bad_evals = 0 if _validate(model, valid, known, epoch, record, best) else bad_evals + 1
             record["seconds"] = round(time.perf_counter() - epoch_start, 3)
             lines.append(json.dumps(record))
             if out is not None:
@@ -149,6 +120,90 @@ def train_transe(
                 break
     finally:
         bar.close()
+    result = _final_result(model, kg, known, valid, best, epoch, start)
+    if out is not None:
+        settings = {
+            "model": "TransE",
+            "dim": dim,
+            "norm": norm,
+            "margin": margin,
+            "lr": lr,
+            "optimizer": optimizer,
+            "corruption": corruption,
+            "batch_size": batch_size,
+            "epochs": epochs,
+            "seed": seed,
+        }
+        extra = {"metrics": result, "settings": settings, "split": kg.summary(), **kg.info}
+        save_entity_embeddings(out, kg, model.entity.weight, model.relation.weight, extra=extra)
+    result["model"] = model
+    return result
+
+
+def _check_choices(kg: KnowledgeGraph, *, norm: int, corruption: str, optimizer: str) -> None:
+    """Refuse a norm, corruption or optimizer train_transe does not know, and a graph without training triples."""
+    if norm not in (1, 2):
+        raise ConfigError(f"kg-embed: norm must be 1 or 2, got {norm}")
+    if corruption not in ("unif", "bern"):
+        raise ConfigError(f"kg-embed: corruption must be unif or bern, got {corruption!r}")
+    if optimizer not in ("adam", "sgd"):
+        raise ConfigError(f"kg-embed: optimizer must be adam or sgd, got {optimizer!r}")
+    if len(kg.train) == 0:
+        raise DataError(f"{kg.source} has no training triples")
+
+
+def _train_epoch(
+    model: TransE,
+    opt: torch.optim.Optimizer,
+    train: torch.Tensor,
+    generator: torch.Generator,
+    head_probs: torch.Tensor | None,
+    batch_size: int,
+    margin: float,
+) -> float:
+    """One pass over the shuffled training triples, entity vectors renormalised after each step; the mean loss."""
+    model.train()
+    order = torch.randperm(len(train), generator=generator)
+    total, count = 0.0, 0
+    for i in range(0, len(order), batch_size):
+        positive = train[order[i : i + batch_size]]
+        negative = model.corrupt(positive, generator, head_probs)
+        loss = model.margin_loss(positive, negative, margin)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        with torch.no_grad():  # back onto the unit sphere: the rows this step moved
+            rows = torch.unique(torch.cat([positive[:, [0, 2]].ravel(), negative[:, [0, 2]].ravel()]))
+            w = model.entity.weight
+            w[rows] = w[rows] / w[rows].norm(dim=1, keepdim=True).clamp_min(1e-12)
+        total += float(loss.detach()) * len(positive)
+        count += len(positive)
+    return total / count
+
+
+def _validate(
+    model: TransE, valid: np.ndarray, known: np.ndarray, epoch: int, record: dict[str, Any], best: dict[str, Any]
+) -> bool:
+    """Score `valid` into `record` and keep the weights in `best` when its MRR improves; whether it did."""
+    metrics, _ = evaluate_transe(model, valid, known)
+    record["valid_mrr"], record["valid_hits@10"] = metrics["mrr"], metrics["hits@10"]
+    if metrics["mrr"] > best["mrr"]:
+        state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        best.update(mrr=metrics["mrr"], epoch=epoch, state=state, metrics=metrics)
+        return True
+    return False
+
+
+def _final_result(
+    model: TransE,
+    kg: KnowledgeGraph,
+    known: np.ndarray,
+    valid: np.ndarray,
+    best: dict[str, Any],
+    epoch: int,
+    start: float,
+) -> dict[str, Any]:
+    """Restore the best weights and score them on the test split: the result, without the model."""
     if best["state"] is not None:
         model.load_state_dict(best["state"])
     result: dict[str, Any] = {
@@ -159,20 +214,4 @@ def train_transe(
     }
     result["test"] = evaluate_transe(model, kg.test, known)[0] if len(kg.test) else {}
     result["wall_seconds"] = round(time.perf_counter() - start, 1)
-    settings = {
-        "model": "TransE",
-        "dim": dim,
-        "norm": norm,
-        "margin": margin,
-        "lr": lr,
-        "optimizer": optimizer,
-        "corruption": corruption,
-        "batch_size": batch_size,
-        "epochs": epochs,
-        "seed": seed,
-    }
-    if out is not None:
-        extra = {"metrics": result, "settings": settings, "split": kg.summary(), **kg.info}
-        save_entity_embeddings(out, kg, model.entity.weight, model.relation.weight, extra=extra)
-    result["model"] = model
     return result

@@ -93,7 +93,7 @@ def chinese_teacher(args: argparse.Namespace, out: Path) -> tuple[Path, dict[str
         run(["pretrain", "configs/pretrain/bert-zh-minilm.yaml", "--train.output_dir", str(out / "pretrain"),
              "--data.shards", str(out / "shards"), "--data.eval_shards", str(out / "dev-shards"),
              "--train.max_steps", str(args.pretrain_steps),
-             "--train.max_minutes", str(args.pretrain_minutes)])  # fmt: skip
+             "--train.max_minutes", str(args.pretrain_minutes), "--train.schedule_clock", "steps"])  # fmt: skip
     teacher_run = out / "teacher"
     if not (teacher_run / "model" / "model.safetensors").is_file():
         run(["finetune", "configs/finetune/chinese-sentiment-zh-minilm.yaml", "--model", str(pretrained),
@@ -127,6 +127,7 @@ def general_students(args: argparse.Namespace, out: Path, names: tuple[str, ...]
             run(["distill", f"configs/distill/{name}-general-minilm.yaml", "--train.output_dir", str(general[name]),
                  "--data.shards", str(out / shards), "--data.eval_shards", str(out / f"dev-{shards}"), *extra,
                  "--train.max_steps", str(args.general_steps), "--train.max_minutes", str(args.general_minutes),
+                 "--train.schedule_clock", "steps",
                  "--train.eval_every", str(max(1, args.general_steps // 4))])  # fmt: skip
     return general
 

@@ -50,6 +50,7 @@ def pretrain_elmo(out: Path, shards: Path, args) -> str:
         run([
             "pretrain", PRETRAIN, "--data.shards", str(shards), "--train.output_dir", str(pre),
             "--train.max_minutes", str(args.minutes), "--train.max_steps", str(steps),
+            "--train.schedule_clock", "steps",
             "--data.max_seq_len", str(args.pretrain_len), "--train.save_every", str(steps),
             *(["--resume", "auto"] if (pre / "checkpoints").is_dir() else []),
         ])  # fmt: skip
@@ -68,6 +69,7 @@ def pretrain_bert_mini(out: Path, shards: Path, tokens: int, args) -> str:
             "pretrain", BERT_PRETRAIN, "--data.shards", str(shards), "--train.output_dir", str(pre),
             "--train.max_steps", str(steps), "--train.batch_size", str(batch), "--train.save_every", str(steps),
             "--data.max_seq_len", str(args.pretrain_len), "--train.max_minutes", str(4 * args.minutes),
+            "--train.schedule_clock", "steps",
             *(["--resume", "auto"] if (pre / "checkpoints").is_dir() else []),
         ])  # fmt: skip
     summary = json.loads((pre / "summary.json").read_text())

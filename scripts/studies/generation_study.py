@@ -80,6 +80,7 @@ def pretrain(family: str, out: Path, shards: Path, dev: Path, args, objective: s
             str(args.minutes),
             "--train.max_steps",
             str(args.steps),
+            "--train.schedule_clock=steps",  # the budget is a cap: results repeat exactly
             "--train.eval_every",
             str(max(20, args.steps // 8)),
             *resume,
@@ -121,6 +122,7 @@ def finetune(family: str, model: Path | None, tokenizer: Path, out: Path, seed: 
             f"--train.seed={seed}",
             f"--train.epochs={args.ft_epochs}",
             f"--train.max_minutes={args.ft_minutes}",
+            "--train.schedule_clock=steps",
             f"--data.max_train_examples={args.ft_examples}",
             f"--data.dataset={args.dataset}",
         ]

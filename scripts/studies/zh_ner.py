@@ -68,7 +68,7 @@ def main() -> None:
     if not (pre / "summary.json").is_file():  # written when a pretraining session ends (done or capped)
         run([
             "pretrain", "configs/pretrain/bert-mini.yaml", "--data.shards", str(shards),
-            "--train.output_dir", str(pre), "--train.max_minutes", str(args.minutes),
+            "--train.output_dir", str(pre), "--train.max_minutes", str(args.minutes), "--train.schedule_clock", "steps",
             "--train.max_steps", str(steps), *(["--resume", "auto"] if (pre / "checkpoints").is_dir() else []),
         ])  # fmt: skip
     # Stopped by --minutes before --steps: no final/ directory, the last checkpoint is the model.

@@ -269,3 +269,52 @@ def test_info_shows_the_metrics_of_a_run(synthetic_shards, tmp_path, capsys):
     assert main(["info", str(run / "checkpoints" / "step-00000002")]) == 0
     text = capsys.readouterr().out
     assert any(line.split(":")[0].strip() == "train.mlm_acc" for line in text.splitlines()), text
+
+
+# ------------------------------------------------------------------------------- corpora that are not text
+
+
+def test_a_binary_file_is_not_a_corpus(capsys, tmp_path):
+    """An executable passed as a corpus: one line naming it, exit 2, no tokenizer or shards written (it used to
+    train a vocabulary of noise, larger than asked, with two differently worded warnings)."""
+    binary = tmp_path / "python.bin"
+    binary.write_bytes(Path(sys.executable).resolve().read_bytes()[:20000])
+    code, err = run_cli(
+        capsys, "tokenizer", "train", "-i", str(binary), "--out", str(tmp_path / "tok"), "--vocab-size", "60"
+    )
+    assert code == 2 and len(err) == 1
+    assert err[0].startswith(f"error: {binary} is not a text file") and "pass UTF-8 text or JSONL" in err[0]
+    assert not (tmp_path / "tok").exists()
+
+
+def test_a_vocabulary_smaller_than_the_alphabet_is_refused(capsys, tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_text("hello world abc\nxyz qrs tuv\n")
+    code, err = run_cli(
+        capsys, "tokenizer", "train", "-i", str(text), "--out", str(tmp_path / "tok"), "--vocab-size", "12"
+    )
+    assert code == 2 and len(err) == 1 and "raise --vocab-size to at least" in err[0]
+    assert not (tmp_path / "tok").exists()
+
+
+def test_invalid_utf8_is_reported_once(capsys, tmp_path, synthetic_tokenizer):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"Good line one here.\n\nA bad \xff\xfe line.\n")
+    code, err = run_cli(
+        capsys, "tokenizer", "train", "-i", str(bad), "--out", str(tmp_path / "tok"), "--vocab-size", "100"
+    )
+    assert code == 0
+    assert sum("invalid UTF-8" in line for line in err) == 1
+
+
+def test_a_missing_model_is_named_even_when_the_config_names_a_tokenizer(capsys, tmp_path, synthetic_tokenizer):
+    synthetic_tokenizer.save(tmp_path / "tok")
+    config = tmp_path / "ft.yaml"
+    config.write_text(f"task: classification\ntokenizer: {tmp_path / 'tok'}\ndata:\n  dataset: builtin:wiki-topics\n")
+    code, err = run_cli(
+        capsys, "finetune", str(config), "--model", "notamodel", "--train.output_dir", str(tmp_path / "r")
+    )
+    assert code == 2 and len(err) == 1 and "model directory not found: notamodel" in err[0]
+    code, err = run_cli(capsys, "finetune", str(config), "--train.output_dir", str(tmp_path / "r"))
+    assert code == 2 and "set exactly one of `model`" in err[0]
+    assert not (tmp_path / "r").exists()

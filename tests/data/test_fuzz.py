@@ -400,6 +400,8 @@ NUMERIC_OPTIONS = [
     ("evaluate", ["model"], "--batch-size", 1, sys.maxsize),
     ("predict", ["model", "-i", "in.jsonl", "-o", "out.jsonl"], "--batch-size", 1, sys.maxsize),
     ("generate", ["model", "-i", "in.jsonl", "-o", "out.jsonl"], "--batch-size", 1, sys.maxsize),
+    ("embed", ["model", "-i", "in.jsonl", "-o", "v.npy"], "--batch-size", 1, sys.maxsize),
+    ("embed", ["model", "-i", "in.jsonl", "-o", "v.npy"], "--max-length", 3, sys.maxsize),
     ("attention", ["model", "--text", "x", "--out", "v.html"], "--layer", 0, sys.maxsize),
     ("attention", ["model", "--text", "x", "--out", "v.html"], "--head", 0, sys.maxsize),
     ("kg-embed", ["--kg", "nations", "--out", "kg"], "--dim", 1, sys.maxsize),

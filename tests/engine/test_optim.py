@@ -176,3 +176,46 @@ def test_time_clock_refuses_what_it_cannot_follow(fields: dict, message: str) ->
     opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1)
     with pytest.raises(ConfigError, match=message):
         build_scheduler(opt, TrainConfig(**fields), 10, clock=BudgetClock())
+
+
+def test_a_time_budget_sets_the_clock_unless_warmup_counts_steps() -> None:
+    assert TrainConfig().clock == "steps" and TrainConfig(schedule_clock="time", max_minutes=1).clock == "time"
+    assert TrainConfig(max_minutes=8).clock == "time"  # auto: the budget is what ends the run
+    assert TrainConfig(max_minutes=8, warmup_steps=10).clock == "steps"  # warmup in steps keeps the step clock
+    assert TrainConfig(max_minutes=8, schedule_clock="steps").clock == "steps"
+
+
+def test_a_time_budget_ends_the_decay_at_its_end_whatever_the_steps() -> None:
+    """bert-mini.yaml (2,000 steps, warmup_ratio 0.05) run with train.max_minutes: stopped by the budget at step
+    652, the rate has decayed to 0; before, it stopped there at about 70% of its peak."""
+    cfg = TrainConfig(lr=1.0, warmup_ratio=0.05, schedule="linear", max_minutes=8, max_steps=2000)
+    p = nn.Parameter(torch.zeros(2, 2))
+    opt = torch.optim.SGD([p], lr=cfg.lr)
+    clock = BudgetClock()
+    sched = build_scheduler(opt, cfg, total_steps=2000, clock=clock)
+    for step in range(1, 653):
+        clock.fraction = step / 652  # the budget runs out at step 652
+        opt.step()
+        sched.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_on_the_clock_a_step_cap_reached_first_ends_the_schedule_too() -> None:
+    """On the clock the share done is the budget's or the steps', whichever is larger (linear, no warmup)."""
+    cfg = TrainConfig(lr=1.0, warmup_ratio=0.0, schedule="linear", max_minutes=60)
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=cfg.lr)
+    clock = BudgetClock()
+    factor = build_scheduler(opt, cfg, total_steps=100, clock=clock).lr_lambdas[0]
+    clock.fraction = 0.3
+    assert factor(100) == 0.0  # every step taken: the schedule has ended, whatever the clock
+    assert factor(10) == pytest.approx(0.7)  # the budget is further along than the steps
+    clock.fraction = 0.05
+    assert factor(50) == pytest.approx(0.5)  # the steps are further along than the budget
+
+
+def test_a_time_cap_on_a_step_schedule_is_said_in_one_line() -> None:
+    from bertzoo.engine.optim import clock_note
+
+    note = clock_note(TrainConfig(max_minutes=8, warmup_steps=100, max_steps=2000))
+    assert note is not None and "\n" not in note and "max_steps=2000" in note and "max_minutes=8" in note
+    assert clock_note(TrainConfig(max_minutes=8)) is None and clock_note(TrainConfig()) is None

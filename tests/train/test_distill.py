@@ -502,7 +502,10 @@ def test_cos_on_a_cls_classifier_reads_every_position(task_teacher, tmp_path):
     phases = [{"name": "distill", "loss": {"ce": 1.0, "hard": 1.0, "cos": 1.0}}]
     report = distill(_task_cfg(task_teacher["model"], tmp_path / "run", phases=phases, train={"epochs": 1}))
     rows = [json.loads(x) for x in (tmp_path / "run" / "distill" / "metrics.jsonl").read_text().splitlines()]
-    assert any(r.get("cos_loss", 0) > 0 for r in rows) and report["student_test"]["accuracy"] >= 0
+    cos = [r["cos_loss"] for r in rows if "cos_loss" in r]
+    # The term is there and trains: the student's states turn towards the teacher's (0.045 -> 0.026 measured).
+    assert len(cos) >= 2 and cos[0] > 0 and cos[-1] < 0.8 * cos[0]
+    assert set(report["student_test"]) >= {"accuracy", "loss"}
 
 
 def test_a_phase_freezes_what_it_never_reads():

@@ -285,7 +285,11 @@ def test_finetune_from_pretrained_directories_and_resume(tmp_path: Path, task_fi
         summary = finetune(cfg)
         assert summary["completed"] and 0.0 <= summary["test"]["accuracy"] <= 1.0
 
-    cfg = tiny_finetune_config(task_files, tmp_path / "resume", epochs=2, max_minutes=1e-9, save_every=5)
+    # A time cap on a step schedule (schedule_clock: steps) stops a run that `--resume` continues; on the default
+    # clock a time budget is the run's length, and a run that spends it is complete.
+    cfg = tiny_finetune_config(
+        task_files, tmp_path / "resume", epochs=2, max_minutes=1e-9, save_every=5, schedule_clock="steps"
+    )
     stopped = finetune(cfg)
     # A spent time budget still evaluates and reports the model it has (the demo relies on it) ...
     assert not stopped["completed"] and stopped["steps"] == 1 and stopped["stop_reason"] == "max_minutes"

@@ -243,6 +243,9 @@ def read_documents(
 def _read(
     sources: list[str | Path], fmt: Format, text_field: str, doc_per: DocPer, stats: ReadStats | None
 ) -> Iterator[str]:
+    # A caller that passes its own ReadStats reports what they hold (the CLI prints one warning); otherwise the
+    # reader warns here, so invalid UTF-8 is never replaced silently.
+    report = stats is None
     stats = stats if stats is not None else ReadStats()
     bad_before = stats.bad_utf8_lines
     docs_before = stats.documents
@@ -263,7 +266,7 @@ def _read(
             f"empty corpus: {_describe(sources)} contains no text; check the paths, --format "
             f"(text or jsonl) and --text-field"
         )
-    if stats.bad_utf8_lines > bad_before:
+    if report and stats.bad_utf8_lines > bad_before:
         log.warning(
             "%d line(s) had invalid UTF-8 (first at %s); invalid bytes were replaced by U+FFFD",
             stats.bad_utf8_lines - bad_before,

@@ -83,8 +83,14 @@ def _open_binary(path: Path) -> BinaryIO:
     return open(path, "rb")
 
 
+# How much of a file's start is looked at to tell a binary file from text (as git and grep do, by NUL bytes).
+BINARY_WINDOW = 1 << 16
+
+
 def iter_lines(path: str | os.PathLike, stats: ReadStats | None = None) -> Iterator[str]:
-    """Lines of a UTF-8 file without their line ends; invalid bytes become U+FFFD and are counted."""
+    """Lines of a UTF-8 file without their line ends; invalid bytes become U+FFFD and are counted. A file whose
+    start holds NUL bytes and invalid UTF-8 (an executable, an image, a UTF-16 file) is a DataError: text with a
+    stray NUL or a bad byte is cleaned, but a binary file would only train a vocabulary of noise."""
     path = Path(path)
     try:
         f = _open_binary(path)
@@ -93,6 +99,8 @@ def iter_lines(path: str | os.PathLike, stats: ReadStats | None = None) -> Itera
     except OSError as exc:
         raise DataError(f"cannot read corpus file {path} ({exc.strerror}); check its permissions") from None
     lineno = 0
+    seen = 0  # bytes of the binary window read so far
+    nul = bad = False
     with f:
         try:
             for lineno, raw in enumerate(f, 1):
@@ -100,8 +108,17 @@ def iter_lines(path: str | os.PathLike, stats: ReadStats | None = None) -> Itera
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError:
                     line = raw.decode("utf-8", errors="replace")
+                    bad = True
                     if stats is not None:
                         stats.note_bad_utf8(path, lineno)
+                if seen < BINARY_WINDOW:
+                    seen += len(raw)
+                    nul = nul or b"\x00" in raw
+                    if nul and bad:
+                        raise DataError(
+                            f"{path} is not a text file (NUL bytes and invalid UTF-8 in its first "
+                            f"{min(seen, BINARY_WINDOW):,} bytes); pass UTF-8 text or JSONL"
+                        )
                 if lineno == 1 and line.startswith("\ufeff"):  # byte-order mark written by some editors
                     line = line[1:]
                 if stats is not None:

@@ -94,12 +94,15 @@ def train_wordpiece(
         continuing_subword_prefix="##",
         show_progress=show_progress,
     )
-    _train(backend, trainer, documents, SPECIAL_TOKENS)
+    _train(backend, trainer, documents, SPECIAL_TOKENS, vocab_size)
     return Tokenizer(backend, lowercase=lowercase, strip_accents=strip_accents)
 
 
-def _train(backend: tokenizers.Tokenizer, trainer: trainers.Trainer, documents: Iterable[str], order: tuple) -> None:
-    """Train `backend` in place on a document stream; the specials must come out as ids 0..4 in `order`."""
+def _train(
+    backend: tokenizers.Tokenizer, trainer: trainers.Trainer, documents: Iterable[str], order: tuple, vocab_size: int
+) -> None:
+    """Train `backend` in place on a document stream; the specials must come out as ids 0..4 in `order`, and
+    the vocabulary may not exceed the `vocab_size` asked for (WordPiece keeps every character it saw)."""
     count = 0
 
     def counted(docs: Iterable[str]) -> Iterator[list[str]]:
@@ -112,6 +115,12 @@ def _train(backend: tokenizers.Tokenizer, trainer: trainers.Trainer, documents: 
     if count == 0:
         raise DataError("cannot train a tokenizer on an empty corpus; check the input paths")
     vocab = backend.get_vocab(with_added_tokens=True)
+    if len(vocab) > vocab_size:
+        raise DataError(
+            f"the corpus has more distinct characters than a vocabulary of {vocab_size} holds ({len(vocab)} tokens "
+            f"are its characters and special tokens alone); raise --vocab-size to at least {len(vocab)}, or lower "
+            "--limit-alphabet"
+        )
     if [vocab.get(t) for t in order] != list(range(len(order))):
         raise DataError(f"tokenizer training did not give {' '.join(order)} the ids 0..4; report this as a bug")
 
@@ -148,7 +157,7 @@ def train_bpe(
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=show_progress,
     )
-    _train(backend, trainer, documents, BPE_SPECIAL_TOKENS)
+    _train(backend, trainer, documents, BPE_SPECIAL_TOKENS, vocab_size)
     names = DEFAULT_SPECIALS["bpe"]
     _set_bpe_post_processor(backend, names["cls"], names["sep"], add_prefix_space)
     return Tokenizer(backend, lowercase=False, strip_accents=False, kind="bpe", add_prefix_space=add_prefix_space)
@@ -189,7 +198,7 @@ def train_unigram(
     )
     # The specials become added tokens only after training: registered before, they would be
     # appended after the empty model's own <unk> (id 0) instead of taking ids 0..4 in order.
-    _train(backend, trainer, documents, UNIGRAM_SPECIAL_TOKENS)
+    _train(backend, trainer, documents, UNIGRAM_SPECIAL_TOKENS, vocab_size)
     backend.add_special_tokens(list(UNIGRAM_SPECIAL_TOKENS))
     names = DEFAULT_SPECIALS["unigram"]
     _set_pair_template(backend, names["cls"], names["sep"])
