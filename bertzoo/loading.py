@@ -28,8 +28,8 @@ from bertzoo.models.encoder import Encoder
 from bertzoo.nn.adapter import adapter_size_from_state, add_adapters
 from bertzoo.objectives.mlm import MaskedLM
 from bertzoo.objectives.seq2seq_lm import EncoderDecoderLM
-from bertzoo.tasks.base import TaskModel, link_backbone_entities
-from bertzoo.variants import VARIANTS, config_class, get_variant, hf_family
+from bertzoo.tasks.base import TaskModel
+from bertzoo.variants import VARIANTS, config_class, get_variant, hf_family, prepare_task
 
 HUB_PREFIX = "hf:"
 BUILTIN_PREFIX = "builtin:"
@@ -252,7 +252,7 @@ def load_finetuned(path: str | Path, overrides: dict[str, Any] | None = None):
     mark_sentence_only(model, cfg.task)
     model.head_config = head
     _fill(model, state, directory)
-    link_backbone_entities(task, encoder, tokenizer)  # ERNIE-THU: its task text linked as in fine-tuning
+    prepare_task(task, encoder, tokenizer)  # ERNIE-THU: its task text linked as in fine-tuning
     model.eval()
     return task, model, tokenizer
 

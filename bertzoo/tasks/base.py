@@ -7,7 +7,6 @@ extractive QA and multiple choice share one training loop, one CLI and one repor
 
 from __future__ import annotations
 
-import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -332,27 +331,6 @@ def link_entities(task: Task, linker: Callable[[torch.Tensor], torch.Tensor]) ->
         return batch
 
     task.collate = linked  # type: ignore[method-assign]
-
-
-def link_backbone_entities(task: Task, encoder: nn.Module, tokenizer) -> bool:
-    """Link the task's batches to the backbone's own knowledge graph when it fuses entities and knows its entity
-    list (an ERNIE-THU model pretrained with one: `ErnieThu.entity_list`, kept beside its weights). Returns
-    whether it did; a backbone without either runs as it is (ERNIE-THU's knowledge layers as BERT layers)."""
-    if not getattr(encoder.config, "knowledge_layers", 0) or not getattr(encoder.config, "num_entities", 0):
-        return False
-    entity_list = getattr(encoder, "entity_list", None)
-    if entity_list is None:
-        warnings.warn(
-            "the model has an entity table but no entities.json beside its weights, so task text is not linked and "
-            "its knowledge layers run as BERT layers; copy the entities.json of its kg-embed directory into the "
-            "model directory",
-            stacklevel=2,
-        )
-        return False
-    from bertzoo.knowledge.linking import EntityLinker
-
-    link_entities(task, EntityLinker(tokenizer, entity_list))
-    return True
 
 
 def batched_logits(

@@ -35,7 +35,7 @@ from bertzoo.io import FINETUNE_CONFIG
 from bertzoo.loading import BUILTIN_PREFIX, HUB_PREFIX
 from bertzoo.loading import resolve as resolve_model_path  # a model spec: path, builtin:NAME or hf:ID
 from bertzoo.tasks import POOLED_TASKS, TASKS, get_task, mark_sentence_only, poolable, resolve_pooling
-from bertzoo.tasks.base import link_backbone_entities
+from bertzoo.variants import prepare_task
 
 MODEL_DIR = "model"
 REPORT = "report.json"
@@ -219,7 +219,7 @@ def finetune(cfg: FinetuneConfig, resume: str | None = None) -> dict[str, Any]:
     tokenizer = load_tokenizer(cfg)
     encoder = build_encoder(cfg, tokenizer)
     task = get_task(cfg, tokenizer)
-    link_backbone_entities(task, encoder, tokenizer)  # ERNIE-THU: task text linked to its knowledge graph
+    prepare_task(task, encoder, tokenizer)  # ERNIE-THU: task text linked to its knowledge graph
     examples = _load_splits(task, cfg)
 
     # Build before featurizing: features may depend on the model (a causal model's similarity pairs

@@ -38,6 +38,7 @@ __all__ = [
     "hf_family_of",
     "hf_variant",
     "model_config_of",
+    "prepare_task",
     "preset_names",
     "scratch_config",
 ]
@@ -77,6 +78,13 @@ def config_class(variant: Any) -> type[ModelConfig]:
     the name itself is the model's, so a damaged config.json fails where its weights are read)."""
     family = VARIANTS.get(variant) if isinstance(variant, str) else None
     return family.config_class if family is not None else ModelConfig
+
+
+def prepare_task(task: Any, backbone: Any, tokenizer: Any) -> bool:
+    """Give a task on `backbone` what its family needs (`Family.prepare_task`: ERNIE-THU links the task's text to
+    its entity list); whether anything changed."""
+    family = get_variant(backbone.config.variant)
+    return family.prepare_task(task, backbone, tokenizer) if family.prepare_task is not None else False
 
 
 def scratch_config(variant: Family, spec: dict[str, Any], tokenizer: Any) -> ModelConfig:

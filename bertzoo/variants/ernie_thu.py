@@ -11,7 +11,7 @@ with masked LM (+ NSP) and the denoising entity auto-encoder (`bertzoo.objective
   the dEA corruption of the alignments (`bertzoo.data.pretraining.collate_entities`): `objective_args.entity_replace`
   (0.05) and `entity_mask` (0.15) of the aligned positions get another entity or none.
 * Fine-tuning: the backbone is an `ErnieThu` (an Encoder subclass); `bertzoo finetune`, `evaluate` and
-  `predict` link task batches with the model's own entity list (`bertzoo.tasks.base.link_backbone_entities`:
+  `predict` link task batches with the model's own entity list (`link_task_entities`, its `Family.prepare_task`:
   `extra["entity_ids"]` feeds the entity stream); batches without links run the knowledge layers as BERT layers.
 * Hugging Face has no ERNIE-THU: an export writes the token stream as BERT (BertModel / BertForMaskedLM /
   BertForPreTraining) with a warning, which equals the model run without entities.
@@ -34,6 +34,7 @@ from bertzoo.errors import ConfigError
 from bertzoo.io import read_entities
 from bertzoo.models.ernie_thu import ErnieThu, ErnieThuConfig
 from bertzoo.objectives.knowledge import KnowledgeLM
+from bertzoo.tasks.base import link_entities
 from bertzoo.variants.family import Family
 
 # The paper's base model: 6 T-encoder + 6 K-encoder layers of BERT-base, 100-wide TransE entity vectors with 4
@@ -208,6 +209,27 @@ def config_to_hf(config: ModelConfig, architectures: list[str] | None = None) ->
     return bert.config_to_hf(config, architectures)
 
 
+def link_task_entities(task: Any, encoder: nn.Module, tokenizer: Any) -> bool:
+    """Link the task's batches to the backbone's own knowledge graph when it fuses entities and knows its entity
+    list (an ERNIE-THU model pretrained with one: `ErnieThu.entity_list`, kept beside its weights). Returns
+    whether it did; a backbone without either runs as it is (ERNIE-THU's knowledge layers as BERT layers)."""
+    if not encoder.config.knowledge_layers or not encoder.config.num_entities:
+        return False
+    entity_list = getattr(encoder, "entity_list", None)
+    if entity_list is None:
+        warnings.warn(
+            "the model has an entity table but no entities.json beside its weights, so task text is not linked and "
+            "its knowledge layers run as BERT layers; copy the entities.json of its kg-embed directory into the "
+            "model directory",
+            stacklevel=2,
+        )
+        return False
+    from bertzoo.knowledge.linking import EntityLinker
+
+    link_entities(task, EntityLinker(tokenizer, entity_list))
+    return True
+
+
 FAMILY = Family(
     name="ernie-thu",
     title="ERNIE-THU",
@@ -223,6 +245,7 @@ FAMILY = Family(
     pretraining_classes=(KnowledgeLM,),
     pretraining_model=pretraining_model,
     collator=collator,
+    prepare_task=link_task_entities,
     hf=(HF,),
     config_to_hf=config_to_hf,
 )

@@ -77,6 +77,9 @@ class Family:
     # (module, tokenizer): what a freshly built module takes from the tokenizer (ELMo's character table)
     use_tokenizer: Callable[[nn.Module, Any], None] | None = None
     check_finetune: Callable[[Any], None] | None = None  # ConfigError for what its backbone cannot fine-tune on
+    # (task, backbone, tokenizer): what a task on its backbone needs from it (ERNIE-THU links the task's text to
+    # its entity list); returns whether it changed the task. Called in fine-tuning and when a model is loaded.
+    prepare_task: Callable[[Any, nn.Module, Any], bool] | None = None
     # --- Hugging Face -----------------------------------------------------------------------------------
     hf: tuple[HFFamily, ...] = ()  # its Hugging Face architectures as data (imported when `.variant` is `name`)
     hf_family_for: Callable[[ModelConfig], HFFamily] | None = None  # which of several `hf` a config exports to

@@ -17,9 +17,9 @@ from bertzoo.errors import CheckpointError
 from bertzoo.loading import load, load_encoder, load_finetuned
 from bertzoo.models.ernie_thu import ErnieThu
 from bertzoo.tasks import get_task
-from bertzoo.tasks.base import link_backbone_entities
 from bertzoo.train.finetune import finetune
 from bertzoo.variants import get_variant
+from bertzoo.variants.ernie_thu import link_task_entities
 
 WORDS = ["the", "army", "dog", "has", "a", "cat", "sat", "ran"]
 NAMES = ["army", "dog"]
@@ -83,7 +83,7 @@ def test_a_model_without_its_entity_list_warns_and_is_not_linked(pretrained):
     cfg = FinetuneConfig(task="classification", data=TaskDataConfig(labels=["x", "y"]))
     task = get_task(cfg, tok)
     with pytest.warns(UserWarning, match="no entities.json beside its weights"):
-        assert link_backbone_entities(task, encoder, tok) is False
+        assert link_task_entities(task, encoder, tok) is False
     features = task.featurize([{"text": "the army has a dog", "label": "x"}], "test")
     assert "entity_ids" not in task.collate([features[0]]).extra
 
