@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import errno
 
-# errno values that mean "no room left": the disk or the user's quota is full.
-DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
+# errno values that mean "no room left": the disk or the user's quota is full, or a file reached the process's
+# file-size limit (`ulimit -f`, RLIMIT_FSIZE; Python ignores SIGXFSZ, so the write fails with EFBIG).
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG})
+# How writers that wrap the OS error in their own exception (safetensors, tokenizers) still name it.
+DISK_FULL_WORDS = (
+    "No space left",
+    "Disk quota exceeded",
+    "File too large",
+    "os error 28",
+    "os error 122",
+    "os error 27",
+)
 
 
 class BertzooError(Exception):
@@ -37,5 +47,14 @@ class DiskFullError(BertzooError):
 
 
 def is_disk_full(exc: BaseException) -> bool:
-    """True for an OSError that means the disk or the quota is full."""
-    return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
+    """True for an error that says the disk, the quota or the file-size limit is full: an OSError of one of
+    those errnos, or another library's exception that quotes one (`bertzoo.io.out_of_room` also asks the disk)."""
+    if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
+        return True
+    return any(words in str(exc) for words in DISK_FULL_WORDS)
+
+
+def room_problem(exc: BaseException) -> str:
+    """How a message names the lack of room: the file-size limit or the disk."""
+    limit = (isinstance(exc, OSError) and exc.errno == errno.EFBIG) or "File too large" in str(exc)
+    return "the file-size limit (ulimit -f) was reached" if limit else "disk full"

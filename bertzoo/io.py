@@ -7,11 +7,13 @@ a training run, so every layer above can save and load through it.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import pickle
 import re
+import resource
 import shutil
 import tempfile
 import time
@@ -26,7 +28,7 @@ from torch import nn
 
 import bertzoo.interop.hf_keys as hf_keys
 from bertzoo.config import FORMAT_VERSION, ModelConfig, from_dict, read_json, saved_fields
-from bertzoo.errors import BertzooError, CheckpointError, DataError, DiskFullError, is_disk_full
+from bertzoo.errors import BertzooError, CheckpointError, DataError, DiskFullError, is_disk_full, room_problem
 from bertzoo.interop.hf_keys import HFFamily
 
 CONFIG = "config.json"
@@ -65,6 +67,33 @@ def fsync_file(path: str | Path) -> None:
         os.close(fd)
 
 
+# Below this much free space a failed write is taken for a full disk, whatever the writer's exception says.
+LOW_SPACE = 1 << 20
+
+
+def out_of_room(exc: BaseException, where: str | Path) -> str | None:
+    """How a failed write at `where` (a file, or a directory being filled) ran out of room, as a message names it
+    ("disk full", or the file-size limit), or None when it did not: an error that says so (`is_disk_full`), or one
+    that does not (torch.save reports a short write as a RuntimeError, numpy as an OSError without errno) while the
+    disk under `where` is nearly full or a file there reached the process's file-size limit."""
+    if is_disk_full(exc):
+        return room_problem(exc)
+    if not isinstance(exc, (OSError, RuntimeError)):
+        return None
+    where = Path(where)
+    try:
+        disk = os.statvfs(where if where.exists() else where.parent)
+        if disk.f_bavail * disk.f_frsize < LOW_SPACE:
+            return "disk full"
+    except OSError:
+        pass
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit == resource.RLIM_INFINITY:
+        return None
+    files = [where] if where.is_file() else [p for p in where.rglob("*") if p.is_file()] if where.is_dir() else []
+    return room_problem(OSError(errno.EFBIG, "")) if any(p.stat().st_size >= limit for p in files) else None
+
+
 def replace_atomically(write: Callable[[str], None], target: str | Path) -> Path:
     """Run `write(tmp_path)` on a temporary file beside `target`, fsync it and rename it over `target`,
     so readers see the old file or the new one, never a partial one. For writers that want a path
@@ -77,6 +106,12 @@ def replace_atomically(write: Callable[[str], None], target: str | Path) -> Path
         write(tmp)
         fsync_file(tmp)
         os.replace(tmp, target)
+    except Exception as exc:
+        problem = out_of_room(exc, tmp)
+        Path(tmp).unlink(missing_ok=True)
+        if problem:
+            raise DiskFullError(f"{problem} while writing {target}; it was left as it was") from exc
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -181,10 +216,11 @@ def write_dir_atomic(target: str | Path, writer: Callable[[Path], None]) -> Path
         fsync_dir(tmp)
         pause_for_tests()
         replace_dir(tmp, target)
-    except OSError as exc:
-        if is_disk_full(exc):
+    except Exception as exc:
+        problem = None if isinstance(exc, DiskFullError) else out_of_room(exc, tmp)
+        if problem:
             raise DiskFullError(
-                f"disk full while writing {target}; its earlier content is intact, free space and run again"
+                f"{problem} while writing {target}; its earlier content is intact, free space and run again"
             ) from exc
         raise
     finally:

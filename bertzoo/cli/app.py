@@ -22,7 +22,7 @@ import bertzoo.cli.prepare as prepare
 import bertzoo.cli.pretrain as pretrain
 import bertzoo.cli.tokenizer as tokenizer
 from bertzoo.cli.common import EXIT_USAGE, Parser, UsageError, split_overrides
-from bertzoo.errors import BertzooError, is_disk_full
+from bertzoo.errors import BertzooError, is_disk_full, room_problem
 
 # Every command, in the order `bertzoo --help` lists them: each module adds its parser (`add_parser`) and runs
 # it (`run(args)`, set as the parser's default).
@@ -57,7 +57,10 @@ def os_error_message(exc: OSError) -> str:
     """One line for an OSError that reached the CLI (a write or read the library did not wrap)."""
     where = f" {exc.filename}" if exc.filename else ""
     if is_disk_full(exc):
-        return f"disk full while writing{where}; free space and run the command again (pretrain: with --resume auto)"
+        return (
+            f"{room_problem(exc)} while writing{where}; free space and run the command again (pretrain: with "
+            "--resume auto)"
+        )
     return f"{exc.strerror or exc}:{where or ' (no file name)'}; check the path, free space and permissions"
 
 

@@ -43,8 +43,8 @@ from bertzoo.engine.manifest import (
 )
 from bertzoo.engine.rng_state import pack_rank_states, rank_state, restore_rng_state
 from bertzoo.engine.weights import check_finite, load_weights, save_model_files, unwrap
-from bertzoo.errors import CheckpointError, DiskFullError, is_disk_full
-from bertzoo.io import fsync_dir, pause_for_tests, replace_dir
+from bertzoo.errors import CheckpointError, DiskFullError
+from bertzoo.io import fsync_dir, out_of_room, pause_for_tests, replace_dir
 
 
 def safe_torch_load(path: str | Path) -> Any:
@@ -114,10 +114,11 @@ def save_checkpoint(
         fsync_dir(tmp)
         pause_for_tests()  # complete but not yet renamed: the window a crash must not turn into a bad checkpoint
         replace_dir(tmp, target)
-    except OSError as exc:
-        if is_disk_full(exc):
+    except Exception as exc:
+        problem = out_of_room(exc, tmp)
+        if problem:
             raise DiskFullError(
-                f"disk full while writing checkpoint {target}; the earlier checkpoints are intact, "
+                f"{problem} while writing checkpoint {target}; the earlier checkpoints are intact, "
                 "free space and continue with --resume auto"
             ) from exc
         raise

@@ -34,8 +34,8 @@ import numpy as np
 
 from bertzoo.data.text.corpus import ReadStats, split_sentences
 from bertzoo.data.tokens.tokenizer import Tokenizer
-from bertzoo.errors import ConfigError, DataError, DiskFullError, is_disk_full
-from bertzoo.io import replace_dir
+from bertzoo.errors import ConfigError, DataError, DiskFullError
+from bertzoo.io import out_of_room, replace_dir
 
 __all__ = ["FORMAT_VERSION", "ShardInfo", "ShardedCorpus", "check_shard_name", "is_shard_dir", "prepare_shards"]
 
@@ -319,12 +319,13 @@ def prepare_shards(
         replace_dir(tmp, out)
     except BaseException as exc:
         writer.abort()
+        problem = out_of_room(exc, tmp) if isinstance(exc, Exception) else None
         shutil.rmtree(tmp, ignore_errors=True)
-        if is_disk_full(exc):
+        if problem:
             before = "was left as it was" if out.exists() else "was not created"
             raise DiskFullError(
-                f"disk full while writing shards for {out} ({exc.filename or tmp}); {out} {before}, "
-                "free space and run bertzoo prepare again"
+                f"{problem} while writing shards for {out} ({getattr(exc, 'filename', None) or tmp}); "
+                f"{out} {before}, free space and run bertzoo prepare again"
             ) from exc
         raise
     return ShardInfo(
