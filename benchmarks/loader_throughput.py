@@ -3,7 +3,8 @@
 Builds WordPiece shards from the built-in English Wikipedia (train split), then, in one process:
 
 1. bertzoo's masking collator vs transformers' `DataCollatorForLanguageModeling` (15% MLM, 80/10/10)
-   on the same NSP examples, batch 32: collation tokens/s for each and the ratio;
+   on the same NSP examples, batch 32, each fed its own pipeline's form (transformers: torch tensors, as a
+   `with_format("torch")` dataset gives them): collation tokens/s for each and the ratio;
 2. bertzoo's whole loader (memory-mapped shards -> examples -> collator through a `DataLoader`,
    no workers) for BERT (NSP pairs, token masking), SpanBERT (span masking over whole words) and
    RoBERTa (FULL-SENTENCES packing): tokens/s;
@@ -96,10 +97,11 @@ def main() -> None:
     groups = [examples[i : i + args.batch] for i in range(0, len(examples) - args.batch + 1, args.batch)]
     hf_tok = BertTokenizerFast.from_pretrained(work / "tok")
     hf_collator = DataCollatorForLanguageModeling(hf_tok, mlm=True, mlm_probability=0.15, return_tensors="pt")
+    # Each collator gets its examples in its own pipeline's form: ours numpy rows (from the memory map),
+    # transformers' torch tensors, what its Trainer's DataLoader hands it from `dataset.with_format("torch")`.
     hf_groups = [
-        [{"input_ids": e["input_ids"].tolist(), "token_type_ids": e["token_type_ids"].tolist()} for e in g]
-        for g in groups
-    ]  # transformers' collator takes python lists (what a `datasets` map hands it)
+        [{k: torch.from_numpy(np.asarray(e[k])) for k in ("input_ids", "token_type_ids")} for e in g] for g in groups
+    ]
     n_tokens = sum(len(e["input_ids"]) for g in groups for e in g)
     timings = {}
     for name, fn, data in (("bertzoo", collator, groups), ("transformers", hf_collator, hf_groups)):

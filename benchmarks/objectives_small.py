@@ -21,7 +21,7 @@ are reused; a fine-tuning recipe other than the table's (the --ft-* options) get
 beside the table's, so both are kept. Writes results.json / results.md and, with --docs, the table
 into docs/results.md (one block per fine-tuning recipe).
 Last line: JSON `{"families": {name: {"dev_accuracy", "dev_accuracy_sd", "random_arm", "vs_random_arm"}},
-"random_init": {...}, "random_arms": {arm: {...}}, "seeds": N, "ratio": BERT's dev accuracy over random
+"random_init": {...}, "random_arms": {arm: {...}}, "seeds": N, "accuracy_ratio": BERT's dev accuracy over random
 init's}`.
 
     python benchmarks/objectives_small.py --quick                  # every family, tiny budget: < 15 min
@@ -362,7 +362,7 @@ def main() -> None:
     first = summary.get("bert", next(iter(summary.values())))
     ratio = round(first["dev_accuracy"] / max(random_init["dev_accuracy"], 1e-9), 4)
     result = {"families": summary, "random_init": random_init, "random_arms": random_arms, "seeds": args.seeds}
-    print(json.dumps({**result, "ratio": ratio}))
+    print(json.dumps({**result, "accuracy_ratio": ratio}))
 
 
 if __name__ == "__main__":

@@ -101,7 +101,7 @@ def main() -> None:
     print(
         json.dumps(
             {
-                "ratio": round(growth, 3),  # headline: peak memory growth while the corpus grows corpus_growth-fold
+                "memory_growth": round(growth, 3),  # peak memory growth while the corpus grows corpus_growth-fold
                 "runs": rows,
                 "rss_growth": round(growth, 3),
                 "corpus_growth": round(rows[-1]["corpus_mb"] / rows[0]["corpus_mb"], 1),
