@@ -178,3 +178,38 @@ def test_unsupported_hf_layouts_are_refused():
             config_from_hf({**good, key: value})
     with pytest.raises(CheckpointError, match="no weight"):
         state_dict_from_hf({}, CONFIG)
+
+
+def _same_shaped_swaps(shapes: dict[str, tuple[int, ...]]) -> list[tuple[str, str]]:
+    keys = sorted(shapes)
+    return [(a, b) for i, a in enumerate(keys) for b in keys[i + 1 :] if shapes[a] == shapes[b]]
+
+
+@needs_reference
+def test_every_swap_of_same_shaped_layer_keys_breaks_parity(tmp_path, monkeypatch):
+    """The layer key map is pinned: exchanging the Hugging Face names of any two same-shaped weights (the
+    attention's r and out projections, the two relative biases, the norms' scales and shifts and the
+    feed-forward's output bias) makes the imported model disagree with transformers' own."""
+    from bertzoo.variants import transfo_xl
+
+    (tmp_path / "config.json").write_text(json.dumps(config_to_hf(CONFIG)))
+    ids = inputs(tmp_path)
+    ref = run_reference(tmp_path)
+    hf = load_file(tmp_path / "hf_weights.safetensors")
+    shapes = {k: tuple(v.shape) for k, v in TransfoXL(CONFIG).state_dict().items() if k.startswith("layers.0.")}
+    shapes = {k.removeprefix("layers.0."): s for k, s in shapes.items()}
+    original = dict(transfo_xl._LAYER_KEYS)
+    pairs = _same_shaped_swaps({k: shapes[k] for k in original})
+    assert len(pairs) == 12  # {r, out}, {u, v} and the ten pairs among the five 32-wide vectors
+    for a, b in pairs:
+        mutated = {**original, a: original[b], b: original[a]}
+        monkeypatch.setattr(transfo_xl, "_LAYER_KEYS", mutated)
+        model = TransfoXL(CONFIG).eval()
+        model.load_state_dict(state_dict_from_hf(hf, CONFIG))
+        ours = ours_on(model, ids)
+        worst = max((ours[k] - ref[k]).abs().max().item() for k in ref)
+        assert worst > 1e-3, f"swapping {a} <-> {b} went unnoticed"
+    monkeypatch.setattr(transfo_xl, "_LAYER_KEYS", original)
+    model = TransfoXL(CONFIG).eval()
+    model.load_state_dict(state_dict_from_hf(hf, CONFIG))
+    assert_close(ours_on(model, ids), ref)
