@@ -5,8 +5,8 @@ to a GPT2LMHeadModel (bertzoo.hub.export_hf), so both start from identical weigh
 forward + backward + AdamW on the same batches of real-length rows (right padding, labels -100 at padding),
 under the same autocast; repetitions alternate which side runs first, and the first losses must agree.
 --precision auto resolves to bf16 only where the device runs it natively and faster (`bertzoo.precision`), else
-fp32. --device cpu (default) or cuda. Prints tokens/s (real tokens) for both and the ratio. Last line: JSON with
-`ratio`.
+fp32. --device cpu (default) or cuda. Prints tokens/s (real tokens) for both and the ratio, and each side's FLOPs per
+step, GFLOP/s and MFU (benchmarks/flops.py). Last line: JSON with `ratio`.
 
     python benchmarks/gpt_throughput.py --quick
 """
@@ -19,6 +19,7 @@ import sys
 import tempfile
 
 import torch
+from flops import utilisation
 from timing import alternate, autocast, device_arg, resolve_device, training_adamw
 
 from bertzoo.batch import Batch
@@ -111,6 +112,14 @@ def main() -> None:
         f"bertzoo {tps['bertzoo']:,.0f} tokens/s  transformers {tps['transformers']:,.0f} tokens/s  "
         f"ratio {ratio:.2f}x  first loss {first['bertzoo']:.5f} vs {first['transformers']:.5f}"
     )
+    cfg = ours.config
+    usage = utilisation(
+        {"bertzoo": lambda: step_ours(*data[0]), "transformers": lambda: step_hf(*data[0])},
+        {k: min(v) / (len(data) - 1) for k, v in times.items()},
+        largest_gemm=(args.batch * args.seq, cfg.hidden_size, cfg.intermediate_size),
+        device=device,
+        amp=amp,
+    )
     print(
         json.dumps(
             {
@@ -119,6 +128,7 @@ def main() -> None:
                 "cpu_capability": cpu_capability(),
                 "bertzoo_tokens_per_s": round(tps["bertzoo"], 1),
                 "transformers_tokens_per_s": round(tps["transformers"], 1),
+                **usage,
                 "ratio": round(ratio, 3),
                 "first_loss_diff": abs(first["bertzoo"] - first["transformers"]),
             }

@@ -77,7 +77,10 @@ def main() -> None:
     texts = wiki_sentences(args.sentences)
     ours = load_encoder(path).to(device).eval()
     tok = Tokenizer.load(path)
-    from sentence_transformers import SentenceTransformer
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        sys.exit("the reference is sentence-transformers' encode: pip install 'bertzoo[bench]'")
 
     ref = SentenceTransformer(str(path), device=str(device))
     ref.max_seq_length = args.max_length

@@ -1,9 +1,15 @@
 """Pretraining step throughput: bertzoo MaskedLM vs transformers BertForPreTraining.
 
 Both models get the same configuration, the same initial weights (copied through our converter),
-the same batches and the same AdamW settings, in one process, alternating so that machine noise
-hits both alike. Prints tokens/s for each, the ratio, and a model-FLOP utilisation figure against
-the measured peak matmul rate of this machine at the same precision. The last line is JSON.
+the same batches (full-length sentence pairs, 15% of tokens selected) and the same AdamW settings, in one
+process, alternating step by step so that machine noise hits both alike. Each step is forward + backward + AdamW
+of the masked-LM and next-sentence losses. Prints, per precision, tokens/s for each side and the ratio, then
+(benchmarks/flops.py) each side's counted FLOPs per step, GFLOP/s and MFU against the peak matmul rate measured
+in the same run at that precision, the MFU of a plain GEMM of the step's largest shape (tokens x hidden x
+intermediate) and whether the goal is met. bertzoo runs its vocabulary projection on the selected tokens only,
+transformers on every token, so bertzoo's step counts fewer FLOPs. The last line is JSON: each figure prefixed
+by its precision (`fp32_ratio`, `bf16_bertzoo_mfu`, ...) and the headline `ratio` (bertzoo's tokens/s over
+transformers' at the first precision measured).
 
     python benchmarks/pretrain_throughput.py --quick
     python benchmarks/pretrain_throughput.py --preset bert-base --precision bf16
@@ -19,6 +25,7 @@ import json
 import time
 
 import torch
+from flops import counted_flops, utilisation_from
 from timing import autocast, device_arg, resolve_device, sync, training_adamw
 
 from bertzoo.batch import IGNORE_INDEX, Batch
@@ -54,17 +61,9 @@ def make_batches(n: int, batch: int, seq: int, vocab: int, seed: int = 0) -> lis
     return out
 
 
-def train_flops_per_token(cfg, seq: int, mask_frac: float, full_head: bool) -> float:
-    """Model FLOPs per token of one training step (forward + backward = 3x forward matmuls)."""
-    h, i, L, v = cfg.hidden_size, cfg.intermediate_size, cfg.num_layers, cfg.vocab_size
-    per_layer = 2 * (4 * h * h + 2 * h * i) + 2 * 2 * seq * h  # projections + QK^T and AV
-    head_tokens = 1.0 if full_head else mask_frac
-    head = head_tokens * 2 * (h * h + h * v)
-    return 3 * (L * per_layer + head)
-
-
 def peak_matmul_flops(dtype: torch.dtype, device: torch.device | str, n: int = 2048, reps: int = 10) -> float:
-    """Measured matmul FLOP/s of an n x n product on `device` at `dtype`."""
+    """Measured matmul FLOP/s of an n x n product on `device` at `dtype` (the peak the fine-tuning and inference
+    benchmarks read their MFU against; the training steps here use benchmarks/flops.py)."""
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
     for _ in range(2):
@@ -108,14 +107,15 @@ def main() -> None:
     opt_ours, opt_hf = opts["bertzoo"], opts["transformers"]
     batches = [b.to(device) for b in make_batches(4, args.batch, args.seq, cfg.vocab_size)]
 
-    def step_ours(b: Batch) -> None:
-        loss = run_ours(b).loss
+    # `model`: the module called (the FLOP count runs the eager one: the same products, no compiler in the way).
+    def step_ours(b: Batch, model: torch.nn.Module = run_ours) -> None:
+        loss = model(b).loss
         loss.backward()
         opt_ours.step()
         opt_ours.zero_grad(set_to_none=True)
 
-    def step_hf(b: Batch) -> None:
-        out = run_hf(
+    def step_hf(b: Batch, model: torch.nn.Module = run_hf) -> None:
+        out = model(
             input_ids=b.input_ids,
             attention_mask=b.attention_mask,
             token_type_ids=b.token_type_ids,
@@ -126,10 +126,12 @@ def main() -> None:
         opt_hf.step()
         opt_hf.zero_grad(set_to_none=True)
 
+    # One step of each side on the first batch, through the eager modules: what the FLOP count runs.
+    eager = {"bertzoo": lambda: step_ours(batches[0], ours), "transformers": lambda: step_hf(batches[0], hf)}
     specs = ["fp32", "bf16"] if args.precision == "both" else [args.precision]
     precisions = [resolve_precision(p, device) for p in specs]
     tokens = args.batch * args.seq
-    results: dict[str, float] = {}
+    results: dict[str, float | bool] = {}
     print(
         f"{args.preset} seq {args.seq} batch {args.batch} on {device}, torch {torch.__version__}, "
         f"transformers {transformers.__version__}, threads {torch.get_num_threads()}"
@@ -140,13 +142,15 @@ def main() -> None:
     )
     for prec in precisions:
         amp = autocast_dtype(prec)  # bertzoo and transformers run under the same autocast
-        dtype = amp or torch.float32
         times = {"bertzoo": 0.0, "transformers": 0.0}
         fns = {"bertzoo": step_ours, "transformers": step_hf}
-        for fn in fns.values():  # warm-up (under --compile: every batch shape compiled before timing)
-            for b in batches if args.compile else batches[:1]:
-                with autocast(device, amp):
-                    fn(b)
+        if args.compile:  # warm-up: every batch shape compiled before timing
+            for fn in fns.values():
+                for b in batches:
+                    with autocast(device, amp):
+                        fn(b)
+        else:  # warm-up: one step of each, its FLOPs counted
+            flops = {name: counted_flops(fn, device, amp) for name, fn in eager.items()}
         for i in range(args.steps):
             b = batches[i % len(batches)]
             for name in ("bertzoo", "transformers") if i % 2 == 0 else ("transformers", "bertzoo"):
@@ -156,21 +160,25 @@ def main() -> None:
                     fns[name](b)
                 sync(device)
                 times[name] += time.perf_counter() - t
-        peak = peak_matmul_flops(dtype, device)
         tps = {k: tokens * args.steps / v for k, v in times.items()}
-        mfu_ours = tps["bertzoo"] * train_flops_per_token(cfg, args.seq, 0.15, full_head=False) / peak
-        mfu_hf = tps["transformers"] * train_flops_per_token(cfg, args.seq, 0.15, full_head=True) / peak
         ratio = tps["bertzoo"] / tps["transformers"]
         print(
-            f"[{prec}] bertzoo {tps['bertzoo']:,.0f} tok/s (MFU {mfu_ours:.1%})  transformers "
-            f"{tps['transformers']:,.0f} tok/s (MFU {mfu_hf:.1%})  ratio {ratio:.2f}x  "
-            f"peak matmul {peak / 1e9:,.0f} GFLOP/s"
+            f"[{prec}] bertzoo {tps['bertzoo']:,.0f} tok/s  transformers {tps['transformers']:,.0f} tok/s  "
+            f"ratio {ratio:.2f}x"
+        )
+        if args.compile:  # counted outside the compiler, after the timing
+            flops = {name: counted_flops(fn, device, amp) for name, fn in eager.items()}
+        usage = utilisation_from(
+            flops,
+            {k: v / args.steps for k, v in times.items()},
+            largest_gemm=(tokens, cfg.hidden_size, cfg.intermediate_size),
+            device=device,
+            amp=amp,
         )
         results[f"{prec}_bertzoo_tokens_per_s"] = round(tps["bertzoo"], 1)
         results[f"{prec}_transformers_tokens_per_s"] = round(tps["transformers"], 1)
+        results.update({f"{prec}_{k}": v for k, v in usage.items()})
         results[f"{prec}_ratio"] = round(ratio, 3)
-        results[f"{prec}_bertzoo_mfu"] = round(mfu_ours, 4)
-        results[f"{prec}_transformers_mfu"] = round(mfu_hf, 4)
     print(
         json.dumps(
             {

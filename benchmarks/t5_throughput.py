@@ -10,11 +10,16 @@ process (repetitions alternate which side runs first):
 * greedy generation with the KV cache: both decode `--new` tokens for the same sources (no stop token, so
   both produce exactly that many); tokens/s counts generated tokens, and the tokens are compared.
 
+For the training step it also prints (benchmarks/flops.py) each side's counted FLOPs per step, GFLOP/s and MFU
+against the peak matmul rate measured in the same run at the same precision, the MFU of a plain GEMM of the step's
+largest shape (batch x source length, d_model, d_ff) and whether the goal is met; the FLOPs are counted on the
+warm-up step.
+
 The full run is t5-small's shape (6 + 6 layers, 512 wide, 8 heads, 32,128-piece vocabulary); --quick a
 t5-mini (4 + 4 layers, 256 wide) with an 8k vocabulary and shorter sequences. --precision auto resolves to
 bf16 only where the device runs it natively and faster (`bertzoo.precision`), else fp32; both sides run
 under the same autocast. --device cpu (default) or cuda. The headline `ratio` is bertzoo's training
-tokens/s over transformers'. Last line: JSON with `ratio`.
+tokens/s over transformers'. Last line: JSON with `ratio` and the training step's FLOP figures.
 
     python benchmarks/t5_throughput.py --quick
 """
@@ -27,6 +32,7 @@ import sys
 import tempfile
 
 import torch
+from flops import counted_flops, utilisation_from
 from timing import alternate, autocast, device_arg, resolve_device, training_adamw
 
 from bertzoo.batch import IGNORE_INDEX, Batch
@@ -118,7 +124,11 @@ def main() -> None:
         opt["transformers"].step()
         opt["transformers"].zero_grad(set_to_none=True)
 
-    step_ours(*data[0]), step_hf(*data[0])  # warm-up
+    # Warm-up: one step of each, its FLOPs counted.
+    flops = {
+        "bertzoo": counted_flops(lambda: step_ours(*data[0]), device, amp),
+        "transformers": counted_flops(lambda: step_hf(*data[0]), device, amp),
+    }
     train_tokens = sum(int(m.sum()) + int((y != IGNORE_INDEX).sum()) for _, m, y in data[1:])
     train_times = alternate(
         {
@@ -127,6 +137,26 @@ def main() -> None:
         },
         args.repeats,
         device,
+    )
+    train_tps = {k: train_tokens / min(v) for k, v in train_times.items()}
+    ratio = train_tps["bertzoo"] / train_tps["transformers"]
+    cpu = cpu_capability()
+    print(
+        f"{args.preset} (vocab {args.vocab}) on {device}, precision {precision}, CPU {cpu}, "
+        f"threads {torch.get_num_threads()}, torch {torch.__version__}, transformers {transformers.__version__}"
+    )
+    print(
+        f"training step, batch {args.batch} x source {args.source} + target {args.target} (3/4 to full length): "
+        f"bertzoo {train_tps['bertzoo']:,.0f} tokens/s  transformers {train_tps['transformers']:,.0f} tokens/s  "
+        f"ratio {ratio:.2f}x"
+    )
+    cfg = ours.config
+    usage = utilisation_from(
+        flops,
+        {k: min(v) / (len(data) - 1) for k, v in train_times.items()},
+        largest_gemm=(args.batch * max(args.source, args.target), cfg.hidden_size, cfg.intermediate_size),
+        device=device,
+        amp=amp,
     )
 
     # Generation: eval mode, the first batch's sources (their padding included).
@@ -156,20 +186,8 @@ def main() -> None:
     gen_times = alternate({"bertzoo": run_ours, "transformers": run_hf}, args.repeats + 1, device)
     identical = torch.equal(generated["bertzoo"].cpu(), generated["transformers"].cpu())
 
-    train_tps = {k: train_tokens / min(v) for k, v in train_times.items()}
     gen_tps = {k: sources.size(0) * args.new / min(v) for k, v in gen_times.items()}
-    ratio = train_tps["bertzoo"] / train_tps["transformers"]
     gen_ratio = gen_tps["bertzoo"] / gen_tps["transformers"]
-    cpu = cpu_capability()
-    print(
-        f"{args.preset} (vocab {args.vocab}) on {device}, precision {precision}, CPU {cpu}, "
-        f"threads {torch.get_num_threads()}, torch {torch.__version__}, transformers {transformers.__version__}"
-    )
-    print(
-        f"training step, batch {args.batch} x source {args.source} + target {args.target} (3/4 to full length): "
-        f"bertzoo {train_tps['bertzoo']:,.0f} tokens/s  transformers {train_tps['transformers']:,.0f} tokens/s  "
-        f"ratio {ratio:.2f}x"
-    )
     print(
         f"greedy generation with KV cache, batch {sources.size(0)}, {args.new} new tokens: "
         f"bertzoo {gen_tps['bertzoo']:,.0f} tokens/s  transformers {gen_tps['transformers']:,.0f} tokens/s  "
@@ -189,6 +207,7 @@ def main() -> None:
                 "transformers_generate_tokens_per_s": round(gen_tps["transformers"], 1),
                 "generate_ratio": round(gen_ratio, 3),
                 "identical_tokens": identical,
+                **usage,
                 "ratio": round(ratio, 3),
             }
         )

@@ -9,10 +9,14 @@ partial prediction, LM head on the targets only. Before any timing, the fp32 los
 to 1e-4 (the run stops otherwise). Then each step is forward + backward + AdamW, one step of each side in turn
 (the order alternates from step to step, so load from other processes hits both alike); after warm-up, the
 median step time of each side gives steps/s and tokens/s (every token of the block is an input). The headline
-`ratio` is bertzoo's tokens/s over transformers'.
+`ratio` is bertzoo's tokens/s over transformers'. Beside it (benchmarks/flops.py): each side's counted FLOPs per
+step (on the first warm-up step), GFLOP/s and MFU against the peak matmul rate measured in the same run at the same
+precision, the MFU of a plain GEMM of the step's largest shape (batch x length, hidden, intermediate) and whether
+the goal is met.
 
-Transformer-XL (transformers 5 has none, so bertzoo alone): a transfo-xl-mini (8k vocabulary) RecurrentLM reads
-blocks of --xl-length tokens in segments of --segment tokens, each attending to the detached memory of the
+Transformer-XL (transformers 5 has none, so bertzoo alone here; benchmarks/transfo_xl_throughput.py compares it
+with transformers 4.57's TransfoXLLMHeadModel under .venv-tfxl): a transfo-xl-mini (8k vocabulary) RecurrentLM
+reads blocks of --xl-length tokens in segments of --segment tokens, each attending to the detached memory of the
 previous one (mem_len = segment), and the same model with memory=False (each segment on its own): the
 difference is the cost of the memory. Steps of the two alternate as above.
 
@@ -34,6 +38,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +46,7 @@ import torch
 
 if str(Path(__file__).parent) not in sys.path:  # tests load this file by path; timing.py lies beside it
     sys.path.insert(0, str(Path(__file__).parent))
+from flops import counted_flops, utilisation_from  # noqa: E402
 from timing import autocast, device_arg, resolve_device, sync, training_adamw  # noqa: E402
 
 from bertzoo.batch import Batch  # noqa: E402
@@ -72,14 +78,23 @@ def blocks(n: int, batch: int, length: int, vocab: int, seed: int = 0) -> list[l
 
 
 def warm_then_interleave(
-    fns: dict[str, Callable[[int], object]], warmup: int, steps: int, device: torch.device
-) -> dict[str, list[float]]:
-    """Seconds of each timed step of each side. fn(i) runs step i (its batch i): first `warmup` untimed steps of
-    each, then one step of each in turn, the order alternating from step to step (load hits both alike); each
-    timing is synchronised with the device."""
+    fns: dict[str, Callable[[int], object]],
+    warmup: int,
+    steps: int,
+    device: torch.device,
+    count: Callable[[Callable[[], object]], float] | None = None,
+) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Seconds of each timed step of each side, and the FLOPs `count` finds in each side's first warm-up step
+    (none without `count`). fn(i) runs step i (its batch i): first `warmup` untimed steps of each, then one step
+    of each in turn, the order alternating from step to step (load hits both alike); each timing is synchronised
+    with the device."""
+    flops: dict[str, float] = {}
     for i in range(warmup):
-        for fn in fns.values():
-            fn(i)
+        for name, fn in fns.items():
+            if i == 0 and count is not None:
+                flops[name] = count(partial(fn, 0))
+            else:
+                fn(i)
     times: dict[str, list[float]] = {name: [] for name in fns}
     order = list(fns.items())
     for i in range(warmup, warmup + steps):
@@ -89,7 +104,7 @@ def warm_then_interleave(
             fn(i)
             sync(device)
             times[name].append(time.perf_counter() - t)
-    return times
+    return times, flops
 
 
 def xlnet_row(args: argparse.Namespace, transformers, device: torch.device, amp: torch.dtype | None) -> dict:
@@ -140,9 +155,15 @@ def xlnet_row(args: argparse.Namespace, transformers, device: torch.device, amp:
         return run
 
     steps = {"bertzoo": step("bertzoo", lambda b: ours(b).loss), "transformers": step("transformers", hf_loss)}
-    times = warm_then_interleave(steps, args.warmup, args.steps, device)
+    times, flops = warm_then_interleave(
+        steps, args.warmup, args.steps, device, lambda fn: counted_flops(fn, device, amp)
+    )
     median = {k: statistics.median(v) for k, v in times.items()}
+    cfg = ours.config
     return {
+        "flops": flops,
+        "seconds_per_step": median,
+        "largest_gemm": (args.batch * args.length, cfg.hidden_size, cfg.intermediate_size),
         "loss_diff": loss_diff,
         "loss_check": loss_ok,
         "targets_per_row": statistics.mean(int((b.labels >= 0).sum()) for b in data) / args.batch,
@@ -176,7 +197,7 @@ def transfo_xl_row(args: argparse.Namespace, device: torch.device, amp: torch.dt
 
         return run
 
-    times = warm_then_interleave({name: step(name) for name in lm}, args.warmup, args.steps, device)
+    times, _ = warm_then_interleave({name: step(name) for name in lm}, args.warmup, args.steps, device)
     return {k: args.xl_batch * args.xl_length / statistics.median(v) for k, v in times.items()}
 
 
@@ -187,7 +208,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--length", type=int, default=128, help="XLNet block length in tokens")
     ap.add_argument("--steps", type=int, default=10, help="timed steps of each side (after --warmup)")
-    ap.add_argument("--warmup", type=int, default=2, help="untimed steps of each side first")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps of each side first (>= 1: FLOPs counted)")
     ap.add_argument("--xl-preset", default="transfo-xl-mini")
     ap.add_argument("--xl-batch", type=int, default=16)
     ap.add_argument("--xl-length", type=int, default=256, help="Transformer-XL block length in tokens")
@@ -197,6 +218,8 @@ def main(argv: list[str] | None = None) -> dict:
     device_arg(ap)
     ap.add_argument("--quick", action="store_true", help="a run of well under a minute")
     args = ap.parse_args(argv)
+    if args.warmup < 1:
+        ap.error("--warmup must be at least 1: the FLOPs are counted on the first warm-up step")
     if args.quick:
         args.batch, args.steps, args.warmup = 8, 4, 1
         args.xl_batch, args.xl_length = 8, 256
@@ -226,11 +249,13 @@ def main(argv: list[str] | None = None) -> dict:
         f"  bertzoo {sps['bertzoo']:.2f} steps/s {tps['bertzoo']:,.0f} tokens/s  transformers "
         f"{sps['transformers']:.2f} steps/s {tps['transformers']:,.0f} tokens/s  ratio {ratio:.2f}x"
     )
+    usage = utilisation_from(x["flops"], x["seconds_per_step"], largest_gemm=x["largest_gemm"], device=device, amp=amp)
 
     xl_tps = transfo_xl_row(args, device, amp)
     print(
         f"Transformer-XL training step ({args.xl_preset}), batch {args.xl_batch} x {args.xl_length} in segments of "
-        f"{args.segment}, mem_len {args.segment} (bertzoo alone; transformers 5 has no Transformer-XL):"
+        f"{args.segment}, mem_len {args.segment} (bertzoo alone; transformers 5 has no Transformer-XL, "
+        "benchmarks/transfo_xl_throughput.py compares with 4.57's):"
     )
     print(
         f"  with memory {xl_tps['memory']:,.0f} tokens/s  without memory {xl_tps['no_memory']:,.0f} tokens/s  "
@@ -251,6 +276,7 @@ def main(argv: list[str] | None = None) -> dict:
         "transformers_steps_per_s": round(sps["transformers"], 3),
         "bertzoo_tokens_per_s": round(tps["bertzoo"], 1),
         "transformers_tokens_per_s": round(tps["transformers"], 1),
+        **usage,
         "transfo_xl_memory_tokens_per_s": round(xl_tps["memory"], 1),
         "transfo_xl_no_memory_tokens_per_s": round(xl_tps["no_memory"], 1),
         "ratio": round(ratio, 3),
