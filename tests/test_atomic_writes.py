@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from bertzoo import io
+from bertzoo.errors import DiskFullError
 
 
 def entries(directory: Path) -> list[str]:
@@ -23,17 +24,26 @@ def test_write_atomic_replaces_the_content(tmp_path: Path) -> None:
     assert entries(target.parent) == ["report.json"]
 
 
-def test_write_atomic_failing_before_the_rename_keeps_the_old_file(tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize(
+    ("error", "raised", "message"),
+    [
+        (OSError(5, "Input/output error"), OSError, "Input/output error"),  # passed on as it is
+        (OSError(28, "No space left on device"), DiskFullError, "disk full while writing .*report.json"),
+    ],
+)
+def test_write_atomic_failing_before_the_rename_keeps_the_old_file(
+    tmp_path: Path, monkeypatch, error: OSError, raised: type[Exception], message: str
+) -> None:
     target = tmp_path / "report.json"
     target.write_text("old")
     written: list[str] = []
 
     def fail(path: str | Path) -> None:  # the temporary file is complete here: fail at the fsync
         written.append(Path(path).read_text())
-        raise OSError(28, "No space left on device")
+        raise error
 
     monkeypatch.setattr(io, "fsync_file", fail)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(raised, match=message):
         io.write_atomic(target, "new")
     assert written == ["new"]  # the new content did reach a temporary file ...
     assert target.read_text() == "old"  # ... but never the target

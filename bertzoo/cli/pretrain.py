@@ -13,7 +13,10 @@ def add_parser(sub) -> None:
         sub,
         "pretrain",
         help="pretrain a model from a YAML config",
-        epilog="--train.lr 5e-4 --model.preset bert-tiny",
+        epilog=(
+            "--train.lr 5e-4 --model.preset bert-tiny; continue a checkpoint with --init MODEL "
+            "(a directory, hf:ORG/NAME, builtin:NAME)"
+        ),
         configs="pretrain",
         resume_help="'auto' (newest complete checkpoint) or a checkpoint path",
     )

@@ -148,6 +148,9 @@ class PretrainConfig:
     # Relative-position tables (T5) at step 0: "random" (T5's N(0, d_model ** -0.5)) or "local" (half the heads
     # pointed at their nearest neighbours, bertzoo.nn.relative.RelativePositionBias.start_local).
     relative_bias_init: Literal["random", "local"] = "random"
+    # A checkpoint to continue from (bertzoo.train.start): a bertzoo or Hugging Face model directory, hf:ORG/NAME or
+    # builtin:NAME. Its family and size become the model's ("" = build the model from scratch).
+    init: str = ""
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 

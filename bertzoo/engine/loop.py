@@ -63,7 +63,8 @@ class Trainer:
 
     `save_extra(dir)` writes additional files (tokenizer) next to the weights in every checkpoint and
     in `final/`. `eval_fn(objective) -> {name: value}` runs every `cfg.eval_every` steps and at the
-    end; it runs with the training RNG state forked, so evaluating never changes the training run.
+    end (and before the first step with `eval_at_start`); it runs with the training RNG state forked, so
+    evaluating never changes the training run.
     `callbacks` are called as `cb(trainer, step)` after each optimizer step. `num_workers` > 0 loads
     data in worker processes (started afresh each epoch so `dataset.set_epoch` reaches them).
 
@@ -93,6 +94,7 @@ class Trainer:
         epoch_callbacks: Sequence[Callback] = (),
         metric_for_best: str | None = None,
         drop_last: bool = True,
+        eval_at_start: bool = False,
     ) -> None:
         self._setup_run(cfg, num_workers)
         cfg = self.cfg
@@ -103,6 +105,7 @@ class Trainer:
         self.save_extra = save_extra
         self.run_config = run_config
         self.eval_fn = eval_fn
+        self.eval_at_start = eval_at_start
         self.callbacks = list(callbacks)
         self.epoch_callbacks = list(epoch_callbacks)
         self.progress = progress
@@ -507,6 +510,8 @@ class Trainer:
         bar = self._bar = ProgressBar(cfg.max_steps, self.step, enabled=self.is_main and self.progress)
         try:
             with stop_on_signals(self._request_stop, stopping=lambda: self._stop_reason is not None):
+                if self.eval_at_start and self.step == 0:
+                    self._evaluate(writer)  # the starting point, measured before any step (a checkpoint's gap)
                 # (A signal's stop is honoured after the step under way, in the loop body.)
                 while self.step < cfg.max_steps and self._stop_reason not in ("early_stopping", "max_minutes"):
                     self._train_step(stepper, batches, interval)

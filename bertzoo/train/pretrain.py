@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,11 +15,13 @@ import torch
 from bertzoo.batch import IGNORE_INDEX, Batch
 from bertzoo.config import PretrainConfig, to_plain
 from bertzoo.errors import ConfigError
+from bertzoo.train.start import Start, begin
 
 
-def build_pretraining(cfg: PretrainConfig):
-    """(objective, dataset, collator, tokenizer) for a pretraining config, validated before any
-    training starts: vocabulary and sequence length must fit the model.
+def assemble(cfg: PretrainConfig) -> tuple[torch.nn.Module, Any, Any, Any, Start]:
+    """(objective, dataset, collator, tokenizer, start) for a pretraining config, validated before any
+    training starts: vocabulary and sequence length must fit the model. Every weight begins in
+    `bertzoo.train.start.begin` (random, a checkpoint, count-based starts); `start` records where each came from.
 
     A variant module may define `examples(cfg, corpus, tokenizer, world_size=...)` and
     `collator(cfg, tokenizer)` for its own data recipe; otherwise BERT's (NSP pairs or single
@@ -31,6 +32,8 @@ def build_pretraining(cfg: PretrainConfig):
     `use_tokenizer(module, tokenizer)` fills what it takes from the vocabulary (ELMo's character table).
     """
     from bertzoo.data.tokens.shards import ShardedCorpus
+    from bertzoo.engine.distributed import is_main
+    from bertzoo.engine.progress import say
     from bertzoo.variants import get_variant
 
     if not cfg.data.shards:
@@ -41,78 +44,26 @@ def build_pretraining(cfg: PretrainConfig):
     corpus.check_tokenizer(tokenizer)  # a replaced shards/tokenizer/ would feed the model ids it cannot embed
     if variant.run_tokenizer is not None:
         tokenizer = variant.run_tokenizer(cfg, tokenizer)
-    objective = _build_objective(cfg, variant, tokenizer)
 
     @functools.cache
     def train_counts() -> np.ndarray:
         """Training-token frequencies, streamed over the shards once however many uses need them."""
         return unigram_counts(corpus, tokenizer.vocab_size, tokenizer.special_ids)
 
-    _start_from_counts(cfg, objective, corpus, tokenizer, train_counts)
-    if cfg.relative_bias_init == "local":
-        start_local_bias(objective, cfg.variant)
+    objective, start = begin(cfg, variant, tokenizer, corpus, train_counts)
     dataset = pretraining_examples(cfg, corpus, tokenizer)
     collator = _make_collator(cfg, variant, tokenizer, train_counts)
-    return objective, dataset, collator, tokenizer
+    # Said once the whole run is known to be valid (a bad setting is one error line), on stderr with the run's
+    # other messages: stdout is the summary's.
+    if is_main():
+        for line in start.lines():
+            say(line)
+    return objective, dataset, collator, tokenizer, start
 
 
-def _build_objective(cfg: PretrainConfig, variant: Any, tokenizer: Any) -> torch.nn.Module:
-    """The variant's trainable module, its config checked against the run's tokenizer and data.max_seq_len."""
-    from bertzoo.variants import scratch_config
-
-    model_cfg = scratch_config(variant, cfg.model, tokenizer)
-    if model_cfg.vocab_size != tokenizer.vocab_size:
-        raise ConfigError(
-            f"model.vocab_size={model_cfg.vocab_size} but the run's tokenizer has {tokenizer.vocab_size} "
-            "tokens; remove model.vocab_size (it defaults to the tokenizer's) or re-prepare the shards"
-        )
-    if model_cfg.position != "none" and cfg.data.max_seq_len > model_cfg.max_position:
-        raise ConfigError(
-            f"data.max_seq_len={cfg.data.max_seq_len} exceeds model.max_position={model_cfg.max_position}; "
-            "lower data.max_seq_len or raise model.max_position"
-        )
-    if cfg.data.max_seq_len < 8:
-        raise ConfigError(f"data.max_seq_len={cfg.data.max_seq_len} is too short; use at least 8")
-    # Initial weights come from train.seed, not from whatever the process's RNG happens to hold: a run
-    # restarted before its first checkpoint (or run in a long-lived process) starts from the same weights.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.train.seed)
-        objective = variant.build(model_cfg, objective=variant.objective(cfg), **cfg.objective_args)
-        if variant.use_tokenizer is not None:
-            variant.use_tokenizer(objective, tokenizer)
-    return objective
-
-
-def _start_from_counts(
-    cfg: PretrainConfig,
-    objective: torch.nn.Module,
-    corpus: Any,
-    tokenizer: Any,
-    train_counts: Callable[[], np.ndarray],
-) -> None:
-    """Apply the count-based starts the config asks for (`word_embedding_init`, `mlm_bias_init`)."""
-    ppmi_start, unigram_start = cfg.word_embedding_init == "ppmi-svd", cfg.mlm_bias_init == "unigram"
-    # ELECTRA's second stage: the word tables and the frozen generator's masked-LM head are the generator run's,
-    # so neither count-based start replaces them.
-    loaded = getattr(objective, "generator_loaded", False)
-    if loaded and (ppmi_start or unigram_start):
-        from bertzoo.engine.distributed import is_main
-
-        skipped = [
-            f"{name} skipped"
-            for name, on in (("word_embedding_init", ppmi_start), ("mlm_bias_init", unigram_start))
-            if on
-        ]
-        if is_main():
-            print(f"the generator checkpoint supplies the word tables and masked-LM head: {', '.join(skipped)}")
-    if ppmi_start and not loaded:
-        init_word_vectors(objective, corpus, tokenizer.vocab_size, tokenizer.special_ids, cfg)
-    if unigram_start and not loaded:
-        if not init_mlm_bias(objective, train_counts()):
-            raise ConfigError(
-                f"mlm_bias_init: unigram needs a masked-LM output bias, which the {cfg.variant} model has none of "
-                "(a GPT head is the tied word table alone); remove mlm_bias_init"
-            )
+def build_pretraining(cfg: PretrainConfig) -> tuple[torch.nn.Module, Any, Any, Any]:
+    """(objective, dataset, collator, tokenizer) of a pretraining config (`assemble` without the start record)."""
+    return assemble(cfg)[:4]
 
 
 def _make_collator(cfg: PretrainConfig, variant: Any, tokenizer: Any, train_counts: Callable[[], np.ndarray]) -> Any:
@@ -148,81 +99,6 @@ def _make_collator(cfg: PretrainConfig, variant: Any, tokenizer: Any, train_coun
     )
 
 
-def start_local_bias(objective: torch.nn.Module, variant: str) -> None:
-    """`relative_bias_init: local`: every relative-position table of `objective` (T5: one per stack) starts with
-    half its heads pointed at their nearest neighbours."""
-    from bertzoo.engine.distributed import is_main
-    from bertzoo.nn import RelativePositionBias
-
-    tables = [m for m in objective.modules() if isinstance(m, RelativePositionBias)]
-    if not tables:
-        raise ConfigError(
-            f"relative_bias_init: local needs relative-position tables, which the {variant} model has none of "
-            "(T5's model.relative_buckets); remove relative_bias_init"
-        )
-    offsets = [table.start_local() for table in tables]
-    if is_main():
-        print(f"relative bias: heads pointed at key - query offsets {offsets} (one list per stack)", flush=True)
-
-
-def init_word_vectors(objective: torch.nn.Module, corpus, vocab_size: int, special_ids: np.ndarray, cfg) -> None:
-    """Start every word table of `objective` from PPMI + SVD vectors of the training shards
-    (bertzoo.data.tokens.word_vectors); the same on every process (the SVD is seeded by train.seed)."""
-    from bertzoo.data.tokens.word_vectors import cooccurrence, load_word_vectors, ppmi, svd_vectors, word_tables
-    from bertzoo.engine.distributed import is_main
-
-    tables = word_tables(objective)
-    if not tables:
-        raise ConfigError(
-            f"word_embedding_init: ppmi-svd needs a word table, which the {cfg.variant} model has "
-            "none of; remove word_embedding_init"
-        )
-    start = time.perf_counter()
-    matrix = ppmi(cooccurrence(document_chunks(corpus), vocab_size, cfg.word_embedding_window, special_ids))
-    rows = torch.unique(matrix.indices()[0])
-    if len(rows) == 0:
-        raise ConfigError(
-            "word_embedding_init: ppmi-svd found no word pairs in data.shards (documents of one "
-            "token?); remove word_embedding_init or use a larger corpus"
-        )
-    vectors = svd_vectors(matrix, max(t.embedding_dim for t in tables), seed=cfg.train.seed)
-    for table in tables:
-        load_word_vectors(table, vectors, rows)
-    if is_main():
-        print(
-            f"word vectors: PPMI + SVD of {matrix.values().numel():,} word pairs (window "
-            f"{cfg.word_embedding_window}), {len(rows):,} of {vocab_size:,} rows set in "
-            f"{time.perf_counter() - start:.1f} s",
-            flush=True,
-        )
-
-
-# Count-based vectors stop improving long before a pretraining corpus ends, and counting takes time and memory
-# in proportion to the tokens read: a larger corpus is sampled in whole chunks spread evenly over it.
-WORD_VECTOR_TOKENS = 1 << 26  # ~67M tokens: well under a minute of counting
-
-
-def document_chunks(corpus, tokens_per_chunk: int = 1 << 22, max_tokens: int = WORD_VECTOR_TOKENS):
-    """(token ids, document id per token) of whole documents, about `tokens_per_chunk` tokens at a time; when the
-    corpus has more than `max_tokens`, evenly spaced chunks of about that many in all."""
-    doc_starts = corpus.sentence_offsets[corpus.doc_offsets[:-1]]  # global token offset of each document
-    doc_ends = corpus.sentence_offsets[corpus.doc_offsets[1:]]
-    bounds, first = [], 0
-    while first < corpus.num_docs:
-        last = max(first + 1, int(np.searchsorted(doc_ends, doc_starts[first] + tokens_per_chunk, side="right")))
-        bounds.append((first, last))
-        first = last
-    if corpus.num_tokens > max_tokens:
-        keep = np.linspace(0, len(bounds) - 1, max(1, max_tokens // tokens_per_chunk)).round().astype(int)
-        bounds = [bounds[i] for i in np.unique(keep)]
-    for first, last in bounds:
-        begin, end = int(doc_starts[first]), int(doc_ends[last - 1])
-        yield (
-            corpus.token_range(begin, end),
-            np.repeat(np.arange(first, last), doc_ends[first:last] - doc_starts[first:last]),
-        )
-
-
 def masking_weights(counts: np.ndarray, power: float) -> np.ndarray:
     """Selection weight per vocabulary id from training counts, (count + 1) ** -power: rarer tokens are masked
     more often, so more of the predictions are content words, which need the document's context."""
@@ -235,26 +111,6 @@ def pretraining_examples(cfg: PretrainConfig, corpus, tokenizer):
     from bertzoo.variants import get_variant
 
     return get_variant(cfg.variant).examples(cfg, corpus, tokenizer, world_size=dist_info().world_size)
-
-
-def init_mlm_bias(objective: torch.nn.Module, counts: np.ndarray) -> int:
-    """Set the bias of every masked-LM decoder in `objective` to the log of the add-one smoothed
-    unigram distribution of `counts`; returns how many decoders were set.
-
-    A zero bias makes the first few hundred steps learn token frequencies, and with a decoder tied to
-    the input embeddings most of that lands in the embeddings: every rare word is pushed the same way
-    (docs/pretraining.md). Starting from the frequencies leaves the embeddings free to learn context.
-    """
-    from bertzoo.models.heads import MaskedLMHead
-
-    probs = (counts.astype(np.float64) + 1.0) / (counts.sum() + len(counts))
-    n = 0
-    for module in objective.modules():
-        if isinstance(module, MaskedLMHead):
-            with torch.no_grad():
-                module.decoder.bias.copy_(torch.from_numpy(np.log(probs)).to(module.decoder.bias.dtype))
-            n += 1
-    return n
 
 
 def unigram_counts(corpus, vocab_size: int, special_ids: np.ndarray) -> np.ndarray:
@@ -353,7 +209,7 @@ def pretrain(cfg: PretrainConfig, resume: str | None = None) -> dict[str, Any]:
     from bertzoo.engine.loop import Trainer
     from bertzoo.objectives.seq2seq_lm import EncoderDecoderLM
 
-    objective, dataset, collator, tokenizer = build_pretraining(cfg)
+    objective, dataset, collator, tokenizer, start = assemble(cfg)
     eval_fn, baseline = None, {}
     if cfg.data.eval_shards:
         batches = fixed_eval_batches(cfg, tokenizer, collator)
@@ -378,9 +234,10 @@ def pretrain(cfg: PretrainConfig, resume: str | None = None) -> dict[str, Any]:
         collator,
         cfg.train,
         save_extra=tokenizer.save,
-        run_config=to_plain(cfg),
+        run_config={**to_plain(cfg), "start": start.as_dict()},
         eval_fn=eval_fn,
         num_workers=cfg.data.num_workers,
+        eval_at_start=bool(cfg.init),  # a checkpoint's gap to this corpus, seen before training
     )
     summary = trainer.train(resume=resume)
     if baseline:

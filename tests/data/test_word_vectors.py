@@ -18,7 +18,8 @@ from bertzoo.data.tokens.word_vectors import cooccurrence, load_word_vectors, pp
 from bertzoo.errors import ConfigError
 from bertzoo.loading import load_encoder
 from bertzoo.models.encoder import Encoder
-from bertzoo.train.pretrain import build_pretraining, document_chunks, pretrain
+from bertzoo.train.pretrain import build_pretraining, pretrain
+from bertzoo.train.start import document_chunks
 
 from helpers.learning import K, transfer_probe
 

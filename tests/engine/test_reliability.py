@@ -36,36 +36,11 @@ from bertzoo.engine.weights import NonFiniteModelError
 from bertzoo.errors import BertzooError, CheckpointError, ConfigError, DataError, DiskFullError
 from bertzoo.io import TEST_PAUSE_ENV
 
+from helpers.pretrain import MAX_STEPS, tiny_args
+
 REPO = Path(__file__).resolve().parents[2]
-MAX_STEPS = 12
 # Control characters the corpus cleaner must remove (everything in Unicode category Cc but tab/newline).
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def tiny_args(shards: Path, out: Path, **train: object) -> list[str]:
-    """`bertzoo pretrain` arguments for a seconds-long run of a 2-layer, 32-wide BERT on one thread."""
-    settings: dict[str, object] = {
-        "model.preset": "bert-tiny",
-        "model.hidden_size": 32,
-        "model.num_heads": 2,
-        "model.intermediate_size": 64,
-        "model.max_position": 64,
-        "data.shards": shards,
-        "data.max_seq_len": 48,
-        "train.output_dir": out,
-        "train.batch_size": 8,
-        "train.max_steps": MAX_STEPS,
-        "train.lr": 1e-3,
-        "train.warmup_steps": 4,
-        "train.log_every": 4,
-        "train.save_every": 2,
-        "train.keep_last": 1,
-        "train.threads": 1,
-        "train.device": "cpu",
-    }
-    settings.update({f"train.{k}": v for k, v in train.items()})
-    # --key=value: with a separate value argparse could take it for the optional config-file argument.
-    return ["pretrain", *(f"--{key}={value}" for key, value in settings.items())]
 
 
 def same_tensors(a_path: Path, b_path: Path) -> None:

@@ -18,6 +18,8 @@ from bertzoo.cli import main
 from bertzoo.data.tokens.shards import ShardedCorpus
 from bertzoo.engine.manifest import verify_checkpoint
 
+from helpers.pretrain import tiny_args
+
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="RLIMIT_FSIZE needs a POSIX child process")
 
@@ -61,7 +63,6 @@ def one_error_line(done: subprocess.CompletedProcess) -> str:
 def test_a_checkpoint_that_cannot_be_written_keeps_the_earlier_one_and_resume_is_exact(
     synthetic_shards, tmp_path
 ) -> None:
-    from test_reliability import tiny_args
 
     reference = tmp_path / "reference"
     assert main(tiny_args(synthetic_shards, reference)) == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 from safetensors.torch import load_file
 
@@ -12,6 +13,8 @@ from bertzoo.config import load_pretrain_config
 from bertzoo.engine.loop import Trainer
 from bertzoo.train.pretrain import build_pretraining, pretrain
 
+# Steps of the CLI runs `tiny_args` describes.
+MAX_STEPS = 12
 TINY_MODEL = {"preset": "bert-tiny", "hidden_size": 32, "num_heads": 2, "intermediate_size": 64, "max_position": 64}
 
 
@@ -57,3 +60,29 @@ def tiny_config(shards, out, **train):
     }
     overrides.update({f"train.{k}": v for k, v in train.items()})
     return load_pretrain_config(None, overrides)
+
+
+def tiny_args(shards: Path, out: Path, **train: object) -> list[str]:
+    """`bertzoo pretrain` arguments for a seconds-long run of a 2-layer, 32-wide BERT on one thread."""
+    settings: dict[str, object] = {
+        "model.preset": "bert-tiny",
+        "model.hidden_size": 32,
+        "model.num_heads": 2,
+        "model.intermediate_size": 64,
+        "model.max_position": 64,
+        "data.shards": shards,
+        "data.max_seq_len": 48,
+        "train.output_dir": out,
+        "train.batch_size": 8,
+        "train.max_steps": MAX_STEPS,
+        "train.lr": 1e-3,
+        "train.warmup_steps": 4,
+        "train.log_every": 4,
+        "train.save_every": 2,
+        "train.keep_last": 1,
+        "train.threads": 1,
+        "train.device": "cpu",
+    }
+    settings.update({f"train.{k}": v for k, v in train.items()})
+    # --key=value: with a separate value argparse could take it for the optional config-file argument.
+    return ["pretrain", *(f"--{key}={value}" for key, value in settings.items())]

@@ -219,7 +219,8 @@ def test_the_cli_pretrains_t5_and_refuses_bad_args(synthetic_shards, tmp_path):
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert (tmp_path / "ok" / "final" / "model.safetensors").is_file()
     # The shipped file is iid_mask with a local start (printed); span corruption's noise is checked on the CLI.
-    assert "relative bias: heads pointed at" in ok.stdout
+    assert "relative bias: heads pointed at" in ok.stderr
+    assert json.loads(ok.stdout)["steps"] == 2  # stdout is the summary alone: the run's messages go to stderr
     bad = subprocess.run([*base, "--objective", "span_corruption", "--objective_args.noise_density", "1.5",
                           "--train.output_dir", str(tmp_path / "bad")],
                          capture_output=True, text=True, timeout=300)  # fmt: skip

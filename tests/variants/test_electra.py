@@ -582,7 +582,7 @@ def test_two_stage_pretraining_runs_from_the_config(synthetic_shards, tmp_path, 
     assert summary["steps"] == 3
     # The config's word_embedding_init (ppmi-svd) and mlm_bias_init (unigram) started the generator run; here
     # the tables and the generator's masked-LM bias come from it.
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert "word_embedding_init skipped" in out and "mlm_bias_init skipped" in out
     gen = load_pretraining(tmp_path / "gen" / "final")
     disc = load_pretraining(tmp_path / "disc" / "final")
