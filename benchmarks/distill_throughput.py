@@ -60,6 +60,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).parent))
 from flops import counted_flops, utilisation_from  # noqa: E402
 from inference_throughput import useful_flops  # noqa: E402
+from profiling import add_profile_arg, profile_sides  # noqa: E402
 from timing import alternate, autocast, device_arg, resolve_device, sync, training_adamw  # noqa: E402
 
 from bertzoo.batch import IGNORE_INDEX, Batch  # noqa: E402
@@ -350,6 +351,12 @@ def distill_against_transformers(
         device=device,
         amp=dtype,
     )
+    if args.profile:  # where each side's step spends its time
+        usage.update(
+            profile_sides(
+                {"bertzoo": lambda: step_ours(data[0]), "transformers": lambda: step_hf(data[0])}, device, dtype
+            )
+        )
     return {
         "distill_loss_diff": loss_diff,
         "bertzoo_tokens_per_s": round(tps["bertzoo"], 1),
@@ -390,6 +397,7 @@ def main() -> None:
     ap.add_argument("--mlm-vocab", type=int, default=8192, help="vocabulary of the comparison with transformers")
     device_arg(ap)
     ap.add_argument("--quick", action="store_true", help="well under a minute")
+    add_profile_arg(ap)
     args = ap.parse_args()
     if args.quick:
         args.batches, args.repeats, args.batch = 2, 2, 16

@@ -44,6 +44,7 @@ from torch import nn
 if str(Path(__file__).parent) not in sys.path:  # run from anywhere; flops.py and timing.py lie beside it
     sys.path.insert(0, str(Path(__file__).parent))
 from flops import counted_flops, utilisation_from  # noqa: E402
+from profiling import add_profile_arg, profile_sides  # noqa: E402
 from timing import alternate, autocast, device_arg, resolve_device, training_adamw  # noqa: E402
 
 from bertzoo.batch import IGNORE_INDEX, Batch  # noqa: E402
@@ -156,6 +157,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto")
     device_arg(ap)
     ap.add_argument("--quick", action="store_true", help="a run of well under a minute")
+    add_profile_arg(ap)
     args = ap.parse_args()
     if args.quick:
         args.batch, args.steps, args.repeats = 8, 3, 2
@@ -235,6 +237,12 @@ def main() -> None:
         device=device,
         amp=amp,
     )
+    if args.profile:  # where each side's step spends its time
+        usage.update(
+            profile_sides(
+                {"bertzoo": lambda: step_ours(data[0]), "transformers": lambda: step_hf(data[0])}, device, amp
+            )
+        )
     print(
         json.dumps(
             {

@@ -20,6 +20,7 @@ import tempfile
 
 import torch
 from flops import utilisation
+from profiling import add_profile_arg, profile_sides
 from timing import alternate, autocast, device_arg, resolve_device, training_adamw
 
 from bertzoo.batch import Batch
@@ -52,6 +53,7 @@ def main() -> None:
     ap.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto")
     device_arg(ap)
     ap.add_argument("--quick", action="store_true", help="a run of well under a minute")
+    add_profile_arg(ap)
     args = ap.parse_args()
     if args.quick:
         args.steps, args.repeats = 4, 2
@@ -120,6 +122,12 @@ def main() -> None:
         device=device,
         amp=amp,
     )
+    if args.profile:  # where each side's step spends its time
+        usage.update(
+            profile_sides(
+                {"bertzoo": lambda: step_ours(*data[0]), "transformers": lambda: step_hf(*data[0])}, device, amp
+            )
+        )
     print(
         json.dumps(
             {

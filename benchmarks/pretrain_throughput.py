@@ -26,7 +26,7 @@ import time
 
 import torch
 from flops import counted_flops, utilisation_from
-from profiling import profile_steps
+from profiling import add_profile_arg, profile_sides
 from timing import autocast, device_arg, resolve_device, sync, training_adamw
 
 from bertzoo.batch import IGNORE_INDEX, Batch
@@ -87,7 +87,7 @@ def main() -> None:
     device_arg(ap, default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--compile", action="store_true", help="both sides under torch.compile (compiled in the warm-up)")
     ap.add_argument("--quick", action="store_true", help="a run of well under a minute")
-    ap.add_argument("--profile", action="store_true", help="then profile each side's step: where its time goes")
+    add_profile_arg(ap)
     args = ap.parse_args()
     if args.quick:  # a smoke run: transformers' fp32 BERT-mini step alone takes ~5 s on 2 cores
         args.steps = 3
@@ -181,11 +181,9 @@ def main() -> None:
         results[f"{prec}_transformers_tokens_per_s"] = round(tps["transformers"], 1)
         results.update({f"{prec}_{k}": v for k, v in usage.items()})
         results[f"{prec}_ratio"] = round(ratio, 3)
-        if args.profile:
-            for name, fn in fns.items():
-                print(f"[{prec}] {name}")
-                shares = profile_steps(lambda fn=fn: fn(batches[0]), device, amp)
-                results.update({f"{prec}_{name}_time_{k.replace(' ', '_')}": v for k, v in shares.items()})
+        if args.profile:  # where each side's step spends its time
+            shares = profile_sides({name: lambda fn=fn: fn(batches[0]) for name, fn in fns.items()}, device, amp)
+            results.update({f"{prec}_{k}": v for k, v in shares.items()})
     print(
         json.dumps(
             {

@@ -6,6 +6,7 @@ after its timing, so the profile explains the figures printed above it.
 
 from __future__ import annotations
 
+import argparse
 from collections import defaultdict
 from collections.abc import Callable
 
@@ -61,3 +62,19 @@ def profile_steps(
         per_step = getattr(e, attr) / steps / 1e3
         print(f"    {e.key:<48} {per_step:8.2f} ms  {e.count / steps:6.0f}")
     return {k: round(v, 4) for k, v in shares.items()}
+
+
+def add_profile_arg(ap: argparse.ArgumentParser) -> None:
+    """Add `--profile` to a benchmark's parser."""
+    ap.add_argument("--profile", action="store_true", help="then profile each side's step: where its time goes")
+
+
+def profile_sides(steps: dict[str, Callable[[], object]], device: torch.device, amp: torch.dtype | None) -> dict:
+    """`profile_steps` of each side's step (name -> a call of one step); the shares as flat JSON keys
+    (`bertzoo_time_matrix_products`, ...)."""
+    out: dict[str, float] = {}
+    for name, step in steps.items():
+        print(f"{name}:")
+        shares = profile_steps(step, device, amp)
+        out.update({f"{name}_time_{kind.replace(' ', '_')}": share for kind, share in shares.items()})
+    return out

@@ -33,6 +33,7 @@ import tempfile
 
 import torch
 from flops import counted_flops, utilisation_from
+from profiling import add_profile_arg, profile_sides
 from timing import alternate, autocast, device_arg, resolve_device, training_adamw
 
 from bertzoo.batch import IGNORE_INDEX, Batch
@@ -72,6 +73,7 @@ def main() -> None:
     ap.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto")
     device_arg(ap)
     ap.add_argument("--quick", action="store_true", help="a run of well under a minute")
+    add_profile_arg(ap)
     args = ap.parse_args()
     if args.quick:
         args.preset, args.vocab, args.batch, args.source, args.target = "t5-mini", 8192, 4, 64, 32
@@ -158,6 +160,12 @@ def main() -> None:
         device=device,
         amp=amp,
     )
+    if args.profile:  # where each side's step spends its time
+        usage.update(
+            profile_sides(
+                {"bertzoo": lambda: step_ours(*data[0]), "transformers": lambda: step_hf(*data[0])}, device, amp
+            )
+        )
 
     # Generation: eval mode, the first batch's sources (their padding included).
     ours.eval(), ref.eval()

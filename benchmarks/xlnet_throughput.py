@@ -47,6 +47,7 @@ import torch
 if str(Path(__file__).parent) not in sys.path:  # tests load this file by path; timing.py lies beside it
     sys.path.insert(0, str(Path(__file__).parent))
 from flops import counted_flops, utilisation_from  # noqa: E402
+from profiling import add_profile_arg, profile_sides  # noqa: E402
 from timing import autocast, device_arg, resolve_device, sync, training_adamw  # noqa: E402
 
 from bertzoo.batch import Batch  # noqa: E402
@@ -160,6 +161,7 @@ def xlnet_row(args: argparse.Namespace, transformers, device: torch.device, amp:
     )
     median = {k: statistics.median(v) for k, v in times.items()}
     cfg = ours.config
+    shares = profile_sides({k: lambda fn=fn: fn(0) for k, fn in steps.items()}, device, amp) if args.profile else {}
     return {
         "flops": flops,
         "seconds_per_step": median,
@@ -169,6 +171,7 @@ def xlnet_row(args: argparse.Namespace, transformers, device: torch.device, amp:
         "targets_per_row": statistics.mean(int((b.labels >= 0).sum()) for b in data) / args.batch,
         "steps_per_s": {k: 1 / v for k, v in median.items()},
         "tokens_per_s": {k: args.batch * args.length / v for k, v in median.items()},
+        "profile": shares,
     }
 
 
@@ -217,6 +220,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto")
     device_arg(ap)
     ap.add_argument("--quick", action="store_true", help="a run of well under a minute")
+    add_profile_arg(ap)
     args = ap.parse_args(argv)
     if args.warmup < 1:
         ap.error("--warmup must be at least 1: the FLOPs are counted on the first warm-up step")
@@ -250,6 +254,7 @@ def main(argv: list[str] | None = None) -> dict:
         f"{sps['transformers']:.2f} steps/s {tps['transformers']:,.0f} tokens/s  ratio {ratio:.2f}x"
     )
     usage = utilisation_from(x["flops"], x["seconds_per_step"], largest_gemm=x["largest_gemm"], device=device, amp=amp)
+    usage.update(x["profile"])
 
     xl_tps = transfo_xl_row(args, device, amp)
     print(
