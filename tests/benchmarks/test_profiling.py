@@ -1,5 +1,5 @@
 """benchmarks/profiling.py splits a step's operator time into kinds of work: operators land in the right kind,
-and a step made almost only of one large product is read as matrix products."""
+and a step made only of one large product is read as matrix products."""
 
 from __future__ import annotations
 
@@ -40,9 +40,10 @@ def test_each_operator_lands_in_its_kind(profiling, op: str, kind: str) -> None:
 def test_a_step_of_one_large_product_is_read_as_matrix_products(profiling, capsys) -> None:
     torch.manual_seed(0)
     a, b = torch.randn(512, 512), torch.randn(512, 512)
-    shares = profiling.profile_steps(lambda: (a @ b).sum(), torch.device("cpu"), None, steps=2, top=3)
+    a @ b  # warm: the first call's one-off set-up is not the step's
+    shares = profiling.profile_steps(lambda: a @ b, torch.device("cpu"), None, steps=2, top=3)
     assert sum(shares.values()) == pytest.approx(1.0, abs=1e-3)
-    # 2 x 512^3 multiply-adds against one 512 x 512 reduction: the product dominates
-    assert shares["matrix products"] > 0.8
+    # nothing but the product and its output's allocation: the product is all but all of it
+    assert shares["matrix products"] > 0.9
     out = capsys.readouterr().out
     assert "matrix products" in out and "aten::mm" in out
