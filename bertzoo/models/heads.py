@@ -226,3 +226,22 @@ class SpanBoundaryHead(nn.Module):
         x = self.norm1(self.act(self.dense1(x)))
         x = self.norm2(self.act(self.dense2(x)))
         return self.decoder(x)
+
+
+class TokenTaskHead(nn.Module):
+    """A per-token classifier with its own transform (dense + activation + LayerNorm, as the masked-LM head's), so a
+    word-level task (ERNIE 2.0's capitalization or token-document relation) does not share the masked-LM head's
+    features. Call it on the labelled positions only."""
+
+    def __init__(
+        self, hidden_size: int, num_labels: int = 2, *, act: str = "gelu", layer_norm_eps: float = 1e-12
+    ) -> None:
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, hidden_size)
+        self.act = activation(act)
+        self.norm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
+        self.classifier = nn.Linear(hidden_size, num_labels)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(..., hidden) -> (..., num_labels)."""
+        return self.classifier(self.norm(self.act(self.dense(hidden))))

@@ -118,6 +118,7 @@ def begin(
     loaded: set[str] = set()
     if checkpoint is not None:
         loaded = _load(objective, checkpoint[2], start)
+        _zero_added_embeddings(objective, loaded, start)
     _start_word_tables(cfg, objective, corpus, tokenizer, loaded, start)
     _start_output_biases(cfg, objective, train_counts, loaded, start)
     if cfg.relative_bias_init == "local":
@@ -268,6 +269,16 @@ def _load(objective: nn.Module, state: dict[str, torch.Tensor], start: Start) ->
     start.fresh = sorted(missing)
     start.ignored = sorted(set(state) - used)
     return set(picked)
+
+
+def _zero_added_embeddings(objective: nn.Module, loaded: set[str], start: Start) -> None:
+    """A table added to the inputs of a loaded encoder (ERNIE 2.0's task embedding) starts at zero, so that at step
+    0 the loaded model computes exactly what the checkpoint did."""
+    for name, tensor in objective.state_dict().items():
+        if name not in loaded and name.endswith("embeddings.task_type.weight"):
+            with torch.no_grad():
+                tensor.zero_()
+            start.note(f"{name} starts at zero: the loaded encoder's outputs are unchanged at step 0")
 
 
 # --- count-based starts -------------------------------------------------------------------------------------------

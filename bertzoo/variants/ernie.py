@@ -1,5 +1,5 @@
 """ERNIE (Baidu; Sun et al. 2019) knowledge masking, and ERNIE 2.0's task embedding and continual
-multi-task pretraining.
+multi-task pretraining (Sun et al. 2020).
 
 * ERNIE 1.0: BERT's encoder trained with masked LM whose masking moves through three stages:
   basic-level (single tokens: characters for Chinese), phrase-level (phrases and words masked
@@ -9,9 +9,18 @@ multi-task pretraining.
 * ERNIE 2.0: a task embedding (`model.task_type_vocab_size`) and `objective_args.tasks`, a list of
   tasks introduced one after another (`start` = fraction of training); once introduced a task stays
   in the mix, so earlier tasks are replayed while new ones are learned. Each example is assigned one
-  active task (uniformly, keyed by (seed, epoch, index)) and carries its task id. The tasks
-  available here are masked-LM tasks with different masking (token, whole_word, phrase, entity,
-  span); ERNIE 2.0's sentence- and document-level tasks are not implemented.
+  active task (uniformly, keyed by (seed, epoch, index)) and carries its task id (its place in the
+  list) in `task_type_ids`. A task is either a masking strategy (`{strategy: phrase, start: 0}`:
+  token, whole_word, phrase, entity, span) or one of the paper's self-supervised tasks
+  (`{task: sentence_reorder, start: 0.5}`, `bertzoo.objectives.auxiliary`): the word-aware
+  `capitalization` (needs a cased tokenizer: the shards keep no raw text, so the case comes from
+  the token strings) and `token_document`, the structure-aware `sentence_reorder` (into 1..m
+  segments, `objective_args.reorder_segments`, default 3) and `sentence_distance`. Masked LM stays
+  on every example: a task's example is masked by the entry's own `strategy`, else by one of the
+  masking tasks active then, and adds its head's loss. The semantic-aware tasks (discourse
+  relation, IR relevance) need labelled or search-log data and are left out.
+  `bertzoo pretrain CONFIG --init MODEL` continues an ERNIE 1.0 or BERT checkpoint this way: the
+  task embedding and the task heads start fresh.
 
 Word, phrase and entity boundaries come from the shards' unit flags (`bertzoo.data.tokens.annotate`):
 `data.lexicon` names the annotation source (`builtin:peoples-daily` gold tags, a `word/TAG` file, a
@@ -20,7 +29,7 @@ installed, else characters. The stage of an example is a function of its (epoch,
 run's batch geometry, so resumed runs continue the schedule exactly.
 
 Hugging Face: model_type "ernie" (ErnieModel / ErnieForPreTraining / ErnieForMaskedLM), with the
-task embedding when `use_task_id` is set.
+task embedding when `use_task_id` is set (the auxiliary task heads have no Hugging Face counterpart).
 """
 
 from __future__ import annotations
@@ -35,8 +44,9 @@ from bertzoo.config import ModelConfig, PretrainConfig, preset_config, resolve_b
 from bertzoo.errors import ConfigError
 from bertzoo.interop.hf_keys import HFFamily
 from bertzoo.models.encoder import Encoder
+from bertzoo.objectives.auxiliary import MultiTaskLM
 from bertzoo.objectives.mlm import MaskedLM
-from bertzoo.variants.family import Family
+from bertzoo.variants.family import Family, masked_lm_model
 
 # BERT-base shapes (the released ERNIE 1.0 Chinese model has an 18k vocabulary and 513 positions;
 # the vocabulary size here always comes from the tokenizer). ERNIE 2.0 adds a 3-row task embedding.
@@ -94,9 +104,9 @@ def schedule(objective_args: dict[str, Any], default_strategy: str = "token"):
     `data.masking.strategy` is set to something other than token, else `DEFAULT_STAGES`."""
     from bertzoo.data.pretraining.collate_units import Schedule
 
-    unknown = set(objective_args) - {"stages", "tasks"}
+    unknown = set(objective_args) - {"stages", "tasks", "reorder_segments"}
     if unknown:
-        raise ConfigError(f"unknown ERNIE objective_args {sorted(unknown)}; use stages or tasks")
+        raise ConfigError(f"unknown ERNIE objective_args {sorted(unknown)}; use stages, tasks or reorder_segments")
     if objective_args.get("tasks"):
         return Schedule.from_spec(objective_args["tasks"], replay=True)
     if objective_args.get("stages"):
@@ -111,9 +121,10 @@ def build(
     objective: str = DEFAULT_OBJECTIVE,
     stages: list[Any] | None = None,
     tasks: list[Any] | None = None,
+    reorder_segments: int = 3,
 ) -> MaskedLM:
-    """The pretraining module: encoder (+ task embedding) + MLM head (+ NSP head). `stages`/`tasks`
-    are validated here (they drive the data side: `examples`)."""
+    """The pretraining module: encoder (+ task embedding) + MLM head (+ NSP head, or the heads of ERNIE 2.0's
+    auxiliary tasks). `stages`/`tasks` are validated here (they drive the data side: `examples`)."""
     if objective not in OBJECTIVES:
         raise ConfigError(f"objective={objective!r} is not available for ERNIE; choose one of: {', '.join(OBJECTIVES)}")
     plan = schedule({"stages": stages, "tasks": tasks})
@@ -124,7 +135,22 @@ def build(
                 f"objective_args.tasks uses task id {top} but model.task_type_vocab_size="
                 f"{config.task_type_vocab_size}; set it to at least {top + 1} (e.g. preset ernie-2.0-mini)"
             )
+    if plan.tasks:
+        if objective != "mlm":
+            raise ConfigError(
+                f"ERNIE 2.0's tasks {', '.join(plan.tasks)} build their own inputs from single segments; "
+                f"use objective mlm, not {objective}"
+            )
+        return MultiTaskLM(Encoder(config), plan.tasks, reorder_segments=reorder_segments)
     return MaskedLM(Encoder(config), sentence_task="nsp" if objective == "mlm+nsp" else None)
+
+
+def pretraining_model(raw: dict[str, Any], config: ModelConfig, state: dict[str, Any]) -> MaskedLM:
+    """The empty pretraining module of an ERNIE checkpoint: with the auxiliary task heads its config.json lists,
+    else BERT-like (`masked_lm_model`)."""
+    if raw.get("aux_tasks"):
+        return MultiTaskLM(Encoder(config), raw["aux_tasks"], reorder_segments=int(raw.get("reorder_segments", 3)))
+    return masked_lm_model(raw, config, state)
 
 
 def unit_flags(corpus, annotations: str):
@@ -146,36 +172,52 @@ def unit_flags(corpus, annotations: str):
 
 def examples(cfg: PretrainConfig, corpus, tokenizer, *, world_size: int = 1):
     """Single segments (NSP pairs with objective mlm+nsp) with unit flags and each example's stage,
-    which follows the optimizer step: hence the run's `world_size`."""
+    which follows the optimizer step: hence the run's `world_size`. With auxiliary tasks in the
+    schedule, their examples are rebuilt for them (`collate_tasks.TaskDataset`)."""
+    from bertzoo.data.pretraining.collate_tasks import TaskDataset
     from bertzoo.data.pretraining.collate_units import UnitDataset
+    from bertzoo.data.pretraining.task_examples import TaskExamples
 
     nsp = (cfg.objective or DEFAULT_OBJECTIVE) == "mlm+nsp"
     inner = bert.examples(dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, nsp=nsp)), corpus, tokenizer)
     train_cfg = resolve_batching(cfg.train, world_size)
-    return UnitDataset(
-        inner,
-        unit_flags(corpus, cfg.data.lexicon),
-        schedule=schedule(cfg.objective_args, cfg.data.masking.strategy),
+    plan = schedule(cfg.objective_args, cfg.data.masking.strategy)
+    common: dict[str, Any] = {
+        "schedule": plan,
+        "seed": cfg.train.seed,
+        "global_batch": cfg.train.batch_size * world_size,
+        "grad_accum": train_cfg.grad_accum,
+        "max_steps": cfg.train.max_steps,
+        "epochs": cfg.train.epochs,
+    }
+    if not plan.tasks:
+        return UnitDataset(inner, unit_flags(corpus, cfg.data.lexicon), **common)
+    builder = TaskExamples(
+        corpus,
+        tokenizer,
+        plan.tasks,
+        max_seq_len=cfg.data.max_seq_len,
         seed=cfg.train.seed,
-        global_batch=cfg.train.batch_size * world_size,
-        grad_accum=train_cfg.grad_accum,
-        max_steps=cfg.train.max_steps,
-        epochs=cfg.train.epochs,
+        reorder_segments=int(cfg.objective_args.get("reorder_segments", 3)),
     )
+    return TaskDataset(inner, unit_flags(corpus, cfg.data.lexicon), builder=builder, **common)
 
 
 def collator(cfg: PretrainConfig, tokenizer):
     """Unit masking; each example's strategy comes from the schedule (examples without one, such as
-    held-out evaluation batches, use `data.masking.strategy`)."""
+    held-out evaluation batches, use `data.masking.strategy`); with auxiliary tasks, their labels too."""
+    from bertzoo.data.pretraining.collate_tasks import TaskCollator
     from bertzoo.data.pretraining.collate_units import UnitMaskingCollator
 
-    return UnitMaskingCollator(
-        tokenizer,
-        cfg.data.masking,
-        seed=cfg.train.seed,
-        pad_to_multiple_of=cfg.data.pad_to_multiple_of,
-        strategy=cfg.data.masking.strategy,
-    )
+    common: dict[str, Any] = {
+        "seed": cfg.train.seed,
+        "pad_to_multiple_of": cfg.data.pad_to_multiple_of,
+        "strategy": cfg.data.masking.strategy,
+    }
+    tasks = schedule(cfg.objective_args, cfg.data.masking.strategy).tasks
+    if tasks:
+        return TaskCollator(tokenizer, cfg.data.masking, tasks=tasks, **common)
+    return UnitMaskingCollator(tokenizer, cfg.data.masking, **common)
 
 
 # --- Hugging Face interop: BERT's key map under the `ernie.` prefix, plus the task embedding -------
@@ -221,6 +263,8 @@ FAMILY = Family(
     objectives=OBJECTIVES,
     default_objective=DEFAULT_OBJECTIVE,
     build=build,
+    pretraining_classes=(MaskedLM, MultiTaskLM),
+    pretraining_model=pretraining_model,
     examples=examples,
     collator=collator,
     hf=(HF,),

@@ -239,3 +239,22 @@ def test_every_family_continues_from_its_own_checkpoint(synthetic_shards, tmp_pa
         assert torch.equal(state[key], tensor), key
     assert start.fresh == [] and start.ignored == []
     assert pretrain(cfg)["steps"] == 2
+
+
+def test_an_added_task_embedding_starts_at_zero_so_the_encoder_computes_what_it_did(
+    synthetic_shards, base_run, tmp_path
+) -> None:
+    cfg = continued(synthetic_shards, tmp_path / "t", base_run, variant="ernie", objective="mlm")
+    cfg.model = {"task_type_vocab_size": 3}
+    objective, _, _, _, start = assemble(cfg)
+    table = objective.encoder.embeddings.task_type.weight
+    assert table.shape[0] == 3 and torch.count_nonzero(table) == 0
+    assert "encoder.embeddings.task_type.weight" in start.fresh
+    assert any("task_type.weight starts at zero" in line for line in start.lines())
+    original = load_encoder(base_run).eval()
+    objective.eval()
+    ids = torch.tensor([[2, 7, 9, 11, 3]])
+    with torch.no_grad():
+        before = original(input_ids=ids).last_hidden_state
+        after = objective.encoder(input_ids=ids, task_type_ids=torch.full_like(ids, 2)).last_hidden_state
+    torch.testing.assert_close(after, before, rtol=0, atol=1e-6)

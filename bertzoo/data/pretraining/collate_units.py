@@ -8,7 +8,9 @@
   sidecar, `bertzoo.data.tokens.unit_sidecar`) and, with a `Schedule`, the strategy and task of the example.
 * `Schedule`: ERNIE 1.0's multi-stage masking (basic -> phrase -> entity by fractions of training)
   and ERNIE 2.0's sequential multi-task continual pretraining (a task, once introduced, stays in
-  the mix: earlier tasks are replayed while new ones are added).
+  the mix: earlier tasks are replayed while new ones are added). A task is a masking strategy or an
+  auxiliary task (`bertzoo.objectives.auxiliary`: capitalization, sentence reordering, ...), whose
+  inputs and labels `bertzoo.data.pretraining.collate_tasks` builds; its examples are masked too.
 
 The stage of an example is derived from where the example falls in training, never from state
 that a resumed run would lack: the sampler's order depends only on (seed, epoch), so the position
@@ -35,20 +37,25 @@ from bertzoo.data.tokens.tokenizer import SpecialIds, Tokenizer
 from bertzoo.data.tokens.unit_flags import ALL_STARTS, LEVEL_FLAGS, vocab_tables, wordpiece_flags
 from bertzoo.data.tokens.unit_sidecar import UnitFlags
 from bertzoo.errors import ConfigError, DataError
+from bertzoo.objectives.auxiliary import AUX_TASKS
 
 __all__ = ["Schedule", "Stage", "UnitDataset", "UnitMaskingCollator", "batch_unit_flags", "continuation_table"]
 
 STREAM_TASK = "ernie/task"
+STREAM_MASKING = "ernie/task-masking"  # which masking an auxiliary task's example gets
 
 
 @dataclass(frozen=True)
 class Stage:
-    """A masking strategy (and task id) that becomes active at a fraction `start` of training."""
+    """A masking strategy (and task id) that becomes active at a fraction `start` of training; with `task`, an
+    auxiliary task whose examples are masked by `strategy`, or when that is "" by one of the masking stages then
+    active (`Schedule.masking`)."""
 
     strategy: str
     start: float = 0.0
     task_id: int = 0
     name: str = ""
+    task: str = ""
 
 
 class Schedule:
@@ -66,7 +73,14 @@ class Schedule:
         if stages[0].start != 0.0:
             raise ConfigError(f"the first stage must start at 0, got {stages[0].start}")
         for s in stages:
-            if s.strategy not in SELECTORS:
+            if s.task and s.task not in AUX_TASKS:
+                raise ConfigError(
+                    f"unknown ERNIE 2.0 task {s.task!r}; choose one of: {', '.join(AUX_TASKS)} "
+                    f"(masking strategies go under strategy: {', '.join(SELECTORS)})"
+                )
+            if s.task and not replay:
+                raise ConfigError(f"task {s.task!r} belongs in objective_args.tasks (ERNIE 2.0), not in stages")
+            if (s.strategy or not s.task) and s.strategy not in SELECTORS:
                 raise ConfigError(f"unknown masking strategy {s.strategy!r}; choose one of: {', '.join(SELECTORS)}")
             if not 0.0 <= s.start < 1.0:
                 raise ConfigError(f"stage start must be in [0, 1), got {s.start}")
@@ -75,28 +89,34 @@ class Schedule:
 
     @classmethod
     def from_spec(cls, spec: Sequence[Any], *, replay: bool = False) -> Schedule:
-        """From config: a list of `{strategy, start[, task_id, name]}` mappings (task ids default to
-        the position in the list when `replay`, else 0)."""
+        """From config: a list of `{strategy, start[, task_id, name]}` or `{task, start[, strategy, task_id,
+        name]}` mappings (task ids default to the position in the list when `replay`, else 0)."""
         stages = []
         for i, item in enumerate(spec):
             if isinstance(item, str):
-                item = {"strategy": item, "start": i / len(spec)}
-            if not isinstance(item, dict) or "strategy" not in item:
-                raise ConfigError(f"schedule entry {i} must be a mapping with a strategy, got {item!r}")
-            unknown = set(item) - {"strategy", "start", "task_id", "name"}
+                item = {"task" if item in AUX_TASKS else "strategy": item, "start": i / len(spec)}
+            if not isinstance(item, dict) or not ("strategy" in item or "task" in item):
+                raise ConfigError(f"schedule entry {i} must be a mapping with a strategy or a task, got {item!r}")
+            unknown = set(item) - {"strategy", "task", "start", "task_id", "name"}
             if unknown:
                 raise ConfigError(
-                    f"schedule entry {i} has unknown keys {sorted(unknown)}; use strategy, start, task_id, name"
+                    f"schedule entry {i} has unknown keys {sorted(unknown)}; use strategy or task, start, task_id, name"
                 )
             stages.append(
                 Stage(
-                    strategy=str(item["strategy"]),
+                    strategy=str(item.get("strategy", "")),
                     start=float(item.get("start", i / len(spec))),
                     task_id=int(item.get("task_id", i if replay else 0)),
-                    name=str(item.get("name", item["strategy"])),
+                    name=str(item.get("name", item.get("task") or item["strategy"])),
+                    task=str(item.get("task", "")),
                 )
             )
         return cls(stages, replay=replay)
+
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        """The auxiliary tasks of the schedule, in order of first appearance."""
+        return tuple(dict.fromkeys(s.task for s in self.stages if s.task))
 
     def active(self, progress: float) -> list[Stage]:
         """The stages started at `progress` (a fraction of training)."""
@@ -108,6 +128,13 @@ class Schedule:
         if not self.replay:
             return active[-1]
         return active[min(int(u * len(active)), len(active) - 1)]
+
+    def masking(self, progress: float, u: float) -> str:
+        """The masking strategy of an auxiliary task's example that names none: one of the masking stages active
+        at `progress`, chosen by `u` in [0, 1) (knowledge masking stays on every example); "" when none is
+        active (the collator's own strategy then)."""
+        active = [s.strategy for s in self.active(progress) if not s.task]
+        return active[min(int(u * len(active)), len(active) - 1)] if active else ""
 
 
 class UnitDataset:
@@ -184,16 +211,33 @@ class UnitDataset:
             out[2 + ea - sa] |= ALL_STARTS
         return out
 
+    def stage_of(self, index: int) -> tuple[Stage, str] | None:
+        """(stage, masking strategy) of example `index` of the current epoch, keyed by (seed, epoch, index); None
+        without a schedule. The strategy is "" for an auxiliary task when no masking stage is active."""
+        if self.schedule is None:
+            return None
+        progress = self.progress_of(index)
+        stage = self.schedule.pick(progress, float(rng.uniform(self.seed, self.epoch, index, 0, STREAM_TASK)))
+        strategy = stage.strategy
+        if not strategy:
+            strategy = self.schedule.masking(
+                progress, float(rng.uniform(self.seed, self.epoch, index, 0, STREAM_MASKING))
+            )
+        return stage, strategy
+
     def __getitem__(self, i: int) -> dict[str, Any]:
         example = self.inner[i]
         flags = self._example_flags(int(i), len(example["input_ids"]))
         if flags is not None:
             example["unit_flags"] = flags
-        if self.schedule is not None:
-            u = float(rng.uniform(self.seed, self.epoch, int(i), 0, STREAM_TASK))
-            stage = self.schedule.pick(self.progress_of(int(i)), u)
-            example["strategy"] = stage.strategy
+        picked = self.stage_of(int(i))
+        if picked is not None:
+            stage, strategy = picked
+            if strategy:
+                example["strategy"] = strategy
             example["task_type_id"] = stage.task_id
+            if stage.task:
+                example["aux_task"] = stage.task
         return example
 
     def __getattr__(self, name: str) -> Any:
