@@ -135,6 +135,19 @@ def test_fsdp_with_global_batch_matches_one_process(runs):
     assert {k: v.shape for k, v in full.items()} == {k: v.shape for k, v in ref.items()}
 
 
+def test_a_continued_run_under_fsdp_matches_one_process(runs, synthetic_shards, tmp_path):
+    """`--init` under torchrun: every rank starts from the checkpoint, and FSDP follows the one-process curve."""
+    init = ("--init", str(runs / "one" / "final"))
+    run(synthetic_shards, tmp_path / "one", nproc=1, batch=8, extra=init)
+    run(synthetic_shards, tmp_path / "fsdp", nproc=2, batch=2, extra=(*init, *FSDP, "--train.global_batch_size", "8"))
+    one, sharded = losses(tmp_path / "one"), losses(tmp_path / "fsdp")
+    assert len(sharded) == 8 and sharded == pytest.approx(one, rel=1e-5)
+    assert one[0] < losses(runs / "one")[0] - 0.1  # it began where the checkpoint ended, not from random weights
+    assert_same_weights(tmp_path / "one", tmp_path / "fsdp")
+    start = json.loads((tmp_path / "fsdp" / "run_config.json").read_text())["start"]
+    assert start["checkpoint"] == init[1] and start["loaded"] and start["fresh"] == []
+
+
 def test_global_batch_size_must_divide(synthetic_shards, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     args = [
