@@ -20,6 +20,7 @@ import bertzoo.cli.kg_embed as kg_embed
 import bertzoo.cli.predict as predict
 import bertzoo.cli.prepare as prepare
 import bertzoo.cli.pretrain as pretrain
+import bertzoo.cli.push as push
 import bertzoo.cli.tokenizer as tokenizer
 from bertzoo.cli.common import EXIT_USAGE, Parser, UsageError, split_overrides
 from bertzoo.errors import BertzooError, is_disk_full, room_problem
@@ -38,6 +39,7 @@ COMMANDS = (
     embed,
     export,
     convert,
+    push,
     attention,
     kg_embed,
     info,

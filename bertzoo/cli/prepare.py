@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
         shard_tokens=args.shard_tokens,
         overwrite=args.overwrite,
         stats=stats,
+        source=", ".join(args.input),  # meta.json's record of the corpus: a model card's datasets and language
         cleaning=cleaning,
     )
     report_stats(stats)

@@ -21,6 +21,7 @@ import bertzoo.io as io
 from bertzoo.config import ModelConfig
 from bertzoo.errors import CheckpointError
 from bertzoo.interop.hf_keys import is_hf_config
+from bertzoo.interop.model_card import write_model_card
 from bertzoo.models.encoder import Encoder
 from bertzoo.nn.adapter import has_adapters
 from bertzoo.variants import config_class, get_variant, hf_family, hf_family_of, hf_variant
@@ -70,13 +71,20 @@ def export_hf(module: nn.Module, directory: str | Path) -> Path:
     """Write a Hugging Face directory: BertForPreTraining (or BertForMaskedLM when there is no NSP
     head) for a MaskedLM, BertModel for an Encoder, a fine-tuned task model (one with `head_config`)
     as the matching `BertFor...` head class (see `export_finetuned_hf`), each under the names of
-    the model's family (RobertaModel, AlbertForPreTraining, ...)."""
+    the model's family (RobertaModel, AlbertForPreTraining, ...). A model card (README.md) goes beside it."""
+    written = _export(module, directory)
+    write_model_card(written)  # never fails the export: a warning says what went wrong
+    return written
+
+
+def _export(module: nn.Module, directory: str | Path) -> Path:
+    """`export_hf` without the model card."""
     # A fine-tuned text-to-text model is its encoder-decoder LM (T5ForConditionalGeneration).
     lm = getattr(module, "lm", None)
     if hasattr(module, "head_config") and isinstance(getattr(lm, "config", None), ModelConfig):
         module = lm
     elif hasattr(module, "head_config") and hasattr(module, "encoder"):
-        return export_finetuned_hf(module, directory)
+        return _export_finetuned(module, directory)
     config = getattr(module, "config", None)
     if not isinstance(config, ModelConfig):
         raise CheckpointError(f"{type(module).__name__} is not a bertzoo model; nothing to export")
@@ -177,8 +185,16 @@ def export_finetuned_hf(model: nn.Module, directory: str | Path) -> Path:
 
     Only heads Hugging Face has exactly export: a plain linear head on the pooled [CLS] vector
     (sequence classification, multiple choice) or on every token (token classification, QA). Mean
-    pooling, feature mixes, BiLSTM taggers and adapters raise CheckpointError saying so.
+    pooling, feature mixes, BiLSTM taggers and adapters raise CheckpointError saying so. A model card
+    (README.md) goes beside it.
     """
+    written = _export_finetuned(model, directory)
+    write_model_card(written)
+    return written
+
+
+def _export_finetuned(model: nn.Module, directory: str | Path) -> Path:
+    """`export_finetuned_hf` without the model card."""
     head_cfg = dict(getattr(model, "head_config", {}) or {})
     task = head_cfg.get("task", "")
     if task not in HF_TASK_HEADS:

@@ -365,13 +365,17 @@ def _write_results(
     summary: dict[str, Any],
 ) -> None:
     """Write the final model, the report, the confusion matrix and the summary into `out` (main rank)."""
+    from bertzoo.interop.model_card import write_model_card
     from bertzoo.io import write_atomic, write_dir_atomic
 
     model_dir = out / MODEL_DIR
 
+    run_config = {**to_plain(cfg), "resolved": {k: summary.get(k) for k in ("device", "precision", "cpu_capability")}}
+
     def write_model(directory: Path) -> None:
         model.save_pretrained(directory)
         _save_extra(tokenizer, cfg)(directory)
+        write_model_card(directory, run_config=run_config, report=report)  # README.md: never fails the save
 
     write_dir_atomic(model_dir, write_model)
     write_atomic(out / REPORT, json.dumps(report, indent=2, default=json_default) + "\n")

@@ -228,13 +228,14 @@ def pretrain(cfg: PretrainConfig, resume: str | None = None) -> dict[str, Any]:
             specials = np.concatenate([tokenizer.special_ids, added])
             counts = with_predicted_specials(counts, train_batches, specials, causal=causal)
         eval_fn, baseline = make_mlm_evaluator(batches, counts, causal=causal, name="lm" if seq2seq else "")
+    run_config = {**to_plain(cfg), "start": start.as_dict()}
     trainer = Trainer(
         objective,
         dataset,
         collator,
         cfg.train,
         save_extra=tokenizer.save,
-        run_config={**to_plain(cfg), "start": start.as_dict()},
+        run_config=run_config,
         eval_fn=eval_fn,
         num_workers=cfg.data.num_workers,
         eval_at_start=bool(cfg.init),  # a checkpoint's gap to this corpus, seen before training
@@ -248,4 +249,10 @@ def pretrain(cfg: PretrainConfig, resume: str | None = None) -> dict[str, Any]:
     # A resume of a finished run trains nothing; keep the summary of the run that did the work.
     if is_main() and summary.get("steps_this_session", 1) > 0:
         write_atomic(Path(cfg.train.output_dir) / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
+        if summary.get("final_dir"):
+            # final/'s README.md with the summary's held-out metrics and baseline (never fails the run).
+            from bertzoo.interop.model_card import write_model_card
+
+            resolved = {k: summary.get(k) for k in ("device", "precision", "cpu_capability")}
+            write_model_card(summary["final_dir"], run_config={**run_config, "resolved": resolved}, summary=summary)
     return summary
