@@ -12,6 +12,7 @@ from bertzoo.config.parse import apply_overrides, from_dict, load_yaml
 from bertzoo.errors import ConfigError
 
 Precision = Literal["auto", "fp32", "bf16", "fp16"]  # auto: bf16 where the hardware runs it natively and faster
+TrackerName = Literal["tensorboard", "wandb", "mlflow"]  # experiment trackers (bertzoo.engine.trackers)
 
 
 @dataclass
@@ -114,6 +115,10 @@ class TrainConfig:
     metric_for_best: str = ""  # eval metric that picks the best checkpoint (e.g. eval_accuracy); "" = eval loss
     greater_is_better: bool | None = None  # None: inferred (loss -> lower is better, else higher)
     early_stopping_patience: int = 0  # evaluations without improvement before stopping; 0 = off
+    # Experiment trackers that also get the metrics, the run config and the summary (docs/trackers.md).
+    report_to: list[TrackerName] = field(default_factory=list)
+    # MLflow's experiment and W&B's project; "" = MLFLOW_EXPERIMENT_NAME / WANDB_PROJECT, else the output dir's name
+    tracker_project: str = ""
 
     def __post_init__(self) -> None:
         # The rest is checked against the device by the trainer; a seed is wrong on any machine.

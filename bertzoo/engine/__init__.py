@@ -2,8 +2,8 @@
 `feed`), one optimizer step with gradient accumulation under the run's precision (`step`, `optim`), data
 parallelism or sharding under torchrun (`distributed`, `parallel`, `fsdp`), crash-safe checkpoints and exact
 resume (`checkpoint`, `manifest`, `resume`, `rng_state`, `signals`, `weights`), evaluation during training
-(`evaluation`), and what a person watching sees (`progress`, `logs`). It knows no family and no task: the
-recipes in `bertzoo.train` hand it a module, a dataset and a collator.
+(`evaluation`), and what a person watching sees (`progress`, `logs`, and the experiment trackers: `trackers`). It
+knows no family and no task: the recipes in `bertzoo.train` hand it a module, a dataset and a collator.
 """
 
 from bertzoo.engine.checkpoint import load_checkpoint, save_checkpoint

@@ -11,6 +11,7 @@ orchestrates; each idea has its own file under `bertzoo/train/`:
     compilation  train.compile, falling back to eager only when compilation itself fails
     evaluation   eval metrics, best model and early stopping
     progress     the progress bar and log lines
+    trackers     train.report_to: TensorBoard, MLflow, W&B get the metrics, run config and summary
     signals      Ctrl-C / SIGTERM: finish the step, save, stop
     resume       which checkpoint to continue from and what the loop reads back
     checkpoint   save/load (with manifest, rng_state, weights)
@@ -50,6 +51,7 @@ from bertzoo.engine.rng_state import capture_rng_state
 from bertzoo.engine.sampler import LengthBucketSampler, ResumableBatchSampler, examples_per_epoch
 from bertzoo.engine.signals import stop_on_signals
 from bertzoo.engine.step import OptimizerStep, SkipCounter
+from bertzoo.engine.trackers import TrackedWriter, Trackers
 from bertzoo.engine.weights import check_finite, save_model_files
 from bertzoo.errors import ConfigError
 from bertzoo.io import write_atomic, write_dir_atomic
@@ -129,6 +131,7 @@ class Trainer:
         self._build_optimization(param_groups)
         self.best = self._make_best_tracker(metric_for_best, eval_fn)
         self._init_progress()
+        self.trackers = Trackers(cfg, run_config, enabled=self.is_main)  # a tracker that cannot start fails here
 
     # --------------------------------------------------------------------------------------- setup
 
@@ -206,7 +209,6 @@ class Trainer:
 
     def _init_progress(self) -> None:
         """Start the progress counters (saved in every checkpoint) and this session's bookkeeping at zero."""
-        # Progress, saved in every checkpoint (with the feed's position and the best evaluation).
         self.step = 0
         self.tokens_seen = 0
         self.elapsed_before = 0.0  # seconds spent in earlier sessions of this run
@@ -451,32 +453,33 @@ class Trainer:
         `completed`, `stop_reason`, `final_metrics`, `tokens_per_s`, `skipped_steps`,
         `last_checkpoint` and `final_dir`.
         """
-        self._write_run_config()
+        run_config = self._write_run_config()
         self._seed()
         self._stop_reason = None
         writer = self._resume_or_start(resume)
-        session_tokens_start = self.tokens_seen
-        start_step = self.step
-        stepper, batches, interval = self._start_session()
-        self._run_steps(stepper, batches, interval, writer)
-        completed, ended = self._completion()
-        final_dir = self._finish(completed, writer)
-        return self._summary(completed, ended, final_dir, start_step, session_tokens_start)
+        session_tokens_start, start_step = self.tokens_seen, self.step
+        with self.trackers.session(run_config, self.step) as tracking:  # closed on the way out unless held
+            stepper, batches, interval = self._start_session()
+            self._run_steps(stepper, batches, interval, writer)
+            completed, ended = self._completion()
+            final_dir = self._finish(completed, writer)
+            return tracking.ended(self._summary(completed, ended, final_dir, start_step, session_tokens_start))
 
-    def _write_run_config(self) -> None:
-        """Write `run_config.json` (with what `auto` became on this machine) into `output_dir` (main rank)."""
+    def _write_run_config(self) -> dict[str, Any]:
+        """`run_config.json`'s dict, with what `auto` became on this machine; written into `output_dir` (main rank)."""
+        plain = dict(self.run_config) if self.run_config is not None else {"train": to_plain(self.cfg)}
+        plain["resolved"] = self.hardware()  # what `auto` became on this machine
         if self.is_main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
-            plain = dict(self.run_config) if self.run_config is not None else {"train": to_plain(self.cfg)}
-            plain["resolved"] = self.hardware()  # what `auto` became on this machine
             write_atomic(self.output_dir / "run_config.json", json.dumps(plain, indent=2, default=str) + "\n")
+        return plain
 
     def _resume_or_start(self, resume: str | None) -> MetricsWriter:
         """Restore the checkpoint `resume` names (if any); the metrics log, cut back to match."""
         path = resolve_resume(resume, self.output_dir, cleanup=self.is_main, say=self._say)
         if path is not None:
             self._restore(path)
-        writer = MetricsWriter(self.output_dir, enabled=self.is_main)
+        writer = TrackedWriter(self.output_dir, self.trackers, enabled=self.is_main)  # metrics.jsonl and trackers
         if path is not None:
             writer.truncate_after(self.step)  # steps after the checkpoint are about to be redone
         else:

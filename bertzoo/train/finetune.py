@@ -246,11 +246,13 @@ def finetune(cfg: FinetuneConfig, resume: str | None = None) -> dict[str, Any]:
         metric_for_best=metric_for_best,
         drop_last=False,  # fine-tuning sees every example each epoch; dynamic padding makes a short batch cheap
     )
+    trainer.trackers.hold()  # train.report_to: the dev/test report below goes to the same tracker runs
     summary = trainer.train(resume=resume)
     summary["trainable_parameters"] = trainable_summary(model)
     if schedule is not None:
         schedule.apply(10**9)  # everything trainable again (for saving nothing changes; for later use)
     if not summary["completed"] and summary["stop_reason"] != "max_minutes":
+        trainer.trackers.close()
         return summary  # interrupted: continue with --resume auto; a spent time budget still reports
 
     out = Path(train_cfg.output_dir)
@@ -268,6 +270,7 @@ def finetune(cfg: FinetuneConfig, resume: str | None = None) -> dict[str, Any]:
         summary[split] = result.metrics
     if is_main():
         _write_results(out, model, tokenizer, cfg, report, results, summary)
+    trainer.trackers.report("report", report)
     return summary
 
 
