@@ -242,7 +242,8 @@ def plot(results: dict[str, Any], path: Path) -> Path | None:
                 ax.axhline(points[0][1], color="grey", linestyle="--", label=ARM_NAMES[arm])
                 continue
             xs, ys, sds = zip(*points, strict=True)
-            ax.errorbar(xs, ys, yerr=sds, marker="o", capsize=3, label=f"{arm}: {ARM_NAMES[arm]}")
+            color = {"b": "C0", "c": "C1", "d": "C2"}[arm]  # one colour per arm across the panels
+            ax.errorbar(xs, ys, yerr=sds, marker="o", capsize=3, color=color, label=f"{arm}: {ARM_NAMES[arm]}")
         ax.set_title(task, fontsize=9)
         ax.set_xlabel("pretraining " + ("minutes" if results["unit"] == "min" else "steps of 32 sequences"))
         ax.set_ylabel(rows[0]["metric"])
