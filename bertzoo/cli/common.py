@@ -75,14 +75,17 @@ def positive_float(text: str) -> float:
     return value
 
 
-def add_corpus_args(p: argparse.ArgumentParser) -> None:
-    """The corpus options of `tokenizer train` and `prepare`."""
+def add_corpus_args(
+    p: argparse.ArgumentParser, *, names: tuple[str, ...] = ("--input", "-i"), example: str = "builtin:wiki-en"
+) -> None:
+    """The corpus options of `tokenizer train`, `tokenizer extend` and `prepare`: the input (under `names`, read as
+    `args.input`) and how it is read."""
     p.add_argument(
-        "--input",
-        "-i",
+        *names,
+        dest="input",
         action="append",
         required=True,
-        help="text/JSONL file, directory, or builtin corpus (builtin:wiki-en); repeatable",
+        help=f"text/JSONL file, directory, or builtin corpus ({example}); repeatable",
     )
     p.add_argument("--format", default="auto", choices=["auto", "text", "jsonl"], help="input format")
     p.add_argument("--text-field", default="text", help="JSONL field holding the text")

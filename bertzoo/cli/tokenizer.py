@@ -60,23 +60,7 @@ def _add_extend_parser(tok) -> None:
         "prepare --tokenizer, pretrain --init and convert read.",
     )
     ex.add_argument("model", help="model directory (bertzoo or Hugging Face), builtin:NAME or hf:ORG/NAME")
-    ex.add_argument(
-        "--corpus",
-        "--input",
-        "-i",
-        dest="input",
-        action="append",
-        required=True,
-        help="text/JSONL file, directory, or builtin corpus (builtin:chinese-sentiment); repeatable",
-    )
-    ex.add_argument("--format", default="auto", choices=["auto", "text", "jsonl"], help="input format")
-    ex.add_argument("--text-field", default="text", help="JSONL field holding the text")
-    ex.add_argument(
-        "--doc-per",
-        default="block",
-        choices=["block", "file", "line"],
-        help="plain text: a document per blank-line-separated block, per file or per line",
-    )
+    add_corpus_args(ex, names=("--corpus", "--input", "-i"), example="builtin:chinese-sentiment")
     ex.add_argument("--add", type=positive_int, default=None, metavar="N", help="how many mined tokens to add")
     ex.add_argument(
         "--tokens", default=None, metavar="FILE", help="tokens to add, one per line (instead of or with --add)"
