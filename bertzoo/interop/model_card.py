@@ -428,6 +428,14 @@ def write_model_card(
         return None
 
 
+def write_run_cards(output_dir: str | Path, **card: Any) -> None:
+    """The card of the training loop's model directories in `output_dir` (`final/`, `best/`), once the run's
+    report exists: `card` as for `write_model_card`."""
+    for name in ("final", "best"):
+        if (Path(output_dir) / name / io.CONFIG).is_file():
+            write_model_card(Path(output_dir) / name, **card)
+
+
 def ensure_model_card(directory: str | Path, repo_id: str) -> Path:
     """Make sure `directory` has a card for Hub repository `repo_id` (ORG/NAME) before it is pushed: write one
     when it has none, and point the usage examples of a card bertzoo wrote at the repository. A card someone

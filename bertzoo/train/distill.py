@@ -470,7 +470,7 @@ def _check_vocab(teacher: nn.Module, tokenizer, teacher_dir: Path) -> None:
 def _write_student(cfg: DistillConfig, student: nn.Module, save_extra, report: dict[str, Any]) -> None:
     from bertzoo.engine.distributed import is_main
     from bertzoo.engine.weights import check_finite
-    from bertzoo.interop.model_card import write_model_card
+    from bertzoo.interop.model_card import write_model_card, write_run_cards
     from bertzoo.io import write_atomic, write_dir_atomic
 
     if not is_main():
@@ -484,6 +484,8 @@ def _write_student(cfg: DistillConfig, student: nn.Module, save_extra, report: d
         write_model_card(directory, run_config=to_plain(cfg), report=report)  # README.md: never fails the save
 
     report["model_dir"] = str(write_dir_atomic(out / MODEL_DIR, write))
+    for phase in report.get("phases", {}):  # each phase's loop writes its own final/ (and best/)
+        write_run_cards(out / phase, run_config=to_plain(cfg), report=report)
     write_atomic(out / REPORT, json.dumps(report, indent=2, default=str) + "\n")
 
 

@@ -368,7 +368,7 @@ def _write_results(
     summary: dict[str, Any],
 ) -> None:
     """Write the final model, the report, the confusion matrix and the summary into `out` (main rank)."""
-    from bertzoo.interop.model_card import write_model_card
+    from bertzoo.interop.model_card import write_model_card, write_run_cards
     from bertzoo.io import write_atomic, write_dir_atomic
 
     model_dir = out / MODEL_DIR
@@ -381,6 +381,7 @@ def _write_results(
         write_model_card(directory, run_config=run_config, report=report)  # README.md: never fails the save
 
     write_dir_atomic(model_dir, write_model)
+    write_run_cards(out, run_config=run_config, report=report)
     write_atomic(out / REPORT, json.dumps(report, indent=2, default=json_default) + "\n")
     shown = results.get("test") or results.get("dev")
     if shown is not None and plot_confusion(shown.report, out / "confusion_matrix.png"):

@@ -112,6 +112,15 @@ def test_a_finetuned_model_has_its_report_metrics_and_hub_start(finetuned) -> No
     assert f'load_finetuned("{finetuned / "model"}")' in card.text and "bertzoo predict" in card.text
 
 
+def test_the_loops_final_and_best_directories_carry_the_runs_card_with_its_results(finetuned) -> None:
+    report = json.loads((finetuned / "report.json").read_text())
+    dev = report["dev"]["metrics"]["accuracy"]
+    for name in ("final", "best"):
+        card = card_of(finetuned / name)
+        assert card.data.library_name == "bertzoo" and card.data.base_model == HUB_START, name
+        assert f"| `accuracy` | {dev:.4f} |" in card.text, name
+
+
 def test_a_conversion_to_hf_carries_the_source_runs_card(finetuned, tmp_path) -> None:
     out = tmp_path / "hf"
     assert main(["convert", "--from", "bertzoo", "--to", "hf", str(finetuned / "model"), str(out)]) == 0

@@ -308,6 +308,9 @@ def test_general_distilbert_writes_a_loadable_student(synthetic_shards, mlm_teac
     assert any("ce_loss" in r and "cos_loss" in r and "mlm_loss" in r for r in rows)
     saved = json.loads((tmp_path / "run" / "report.json").read_text())
     assert saved["student_parameters"] < saved["teacher_parameters"]
+    for model_dir in ("model", "distill/final"):  # the student and the loop's final/ both carry a model card
+        card = (tmp_path / "run" / model_dir / "README.md").read_text()
+        assert card.startswith("---\n") and "library_name: bertzoo" in card, model_dir
 
 
 def test_general_tinybert_trains_a_narrow_student_and_resumes_exactly(synthetic_shards, mlm_teacher_dir, tmp_path):
