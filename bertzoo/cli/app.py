@@ -21,6 +21,7 @@ import bertzoo.cli.predict as predict
 import bertzoo.cli.prepare as prepare
 import bertzoo.cli.pretrain as pretrain
 import bertzoo.cli.push as push
+import bertzoo.cli.suite as suite
 import bertzoo.cli.tokenizer as tokenizer
 from bertzoo.cli.common import EXIT_USAGE, Parser, UsageError, split_overrides
 from bertzoo.errors import BertzooError, is_disk_full, room_problem
@@ -34,6 +35,7 @@ COMMANDS = (
     finetune,
     distill,
     evaluate,
+    suite,
     predict,
     generate,
     embed,

@@ -1,7 +1,7 @@
 """Evaluation metrics for fine-tuning tasks, in plain numpy (no scikit-learn/scipy/seqeval needed).
 
 * classification: `accuracy`, `precision_recall_f1` (per label, macro, micro, weighted),
-  `confusion_matrix`
+  `confusion_matrix`, `matthews_corrcoef` (and `confusion_mcc`, the same from a confusion matrix)
 * multi-label: `multilabel_metrics` (micro/macro F1, exact match)
 * regression: `regression_metrics` (MSE, Pearson, Spearman with average ranks for ties), `rankdata`
 * entities: `get_entities` and `entity_metrics`, matching seqeval's default (conlleval) mode for
@@ -26,9 +26,11 @@ __all__ = [
     "accuracy",
     "confusion_matrix",
     "confusion_matrix_png",
+    "confusion_mcc",
     "entity_metrics",
     "format_table",
     "get_entities",
+    "matthews_corrcoef",
     "multilabel_metrics",
     "pearson",
     "precision_recall_f1",
@@ -114,6 +116,27 @@ def confusion_matrix(
         if t in index and p in index:
             out[index[t], index[p]] += 1
     return out
+
+
+def confusion_mcc(matrix: np.ndarray | Sequence[Sequence[int]]) -> float:
+    """Matthews correlation coefficient of a (gold x predicted) confusion matrix: Gorodkin's multi-class form,
+    scikit-learn's `matthews_corrcoef`; 0.0 when it is undefined (every gold or every predicted label the same)."""
+    m = np.asarray(matrix, dtype=np.float64)
+    if m.ndim != 2 or m.shape[0] != m.shape[1]:
+        raise ValueError(f"a confusion matrix is square, got shape {m.shape}")
+    gold, pred = m.sum(1), m.sum(0)  # per label: how often it is the gold one, how often predicted
+    total, correct = m.sum(), np.trace(m)
+    denom = math.sqrt(float(total**2 - pred @ pred) * float(total**2 - gold @ gold))
+    return float((correct * total - gold @ pred) / denom) if denom > 0 else 0.0
+
+
+def matthews_corrcoef(
+    y_true: Sequence[Hashable], y_pred: Sequence[Hashable], labels: Sequence[Hashable] | None = None
+) -> float:
+    """Matthews correlation coefficient (CoLA's metric), binary or multi-class, as scikit-learn computes it."""
+    if len(y_true) != len(y_pred):
+        raise ValueError(f"{len(y_true)} gold labels but {len(y_pred)} predictions")
+    return confusion_mcc(confusion_matrix(y_true, y_pred, labels))
 
 
 # ---------------------------------------------------------------------------------------------

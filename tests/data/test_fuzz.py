@@ -415,6 +415,10 @@ NUMERIC_OPTIONS = [
     ("kg-embed", ["--kg", "nations", "--out", "kg"], "--eval-every", 1, sys.maxsize),
     ("kg-embed", ["--kg", "nations", "--out", "kg"], "--patience", 1, sys.maxsize),
     ("kg-embed", ["--kg", "nations", "--out", "kg"], "--valid-limit", 1, sys.maxsize),
+    ("suite", ["builtin", "model"], "--seeds", 1, sys.maxsize),
+    ("suite", ["builtin", "model"], "--max-train-examples", 1, sys.maxsize),
+    ("suite", ["builtin", "model"], "--max-steps", 1, sys.maxsize),
+    ("suite", ["builtin", "model"], "--threads", 1, sys.maxsize),
 ]
 # Typed options that are not integer ranges, so the integer fuzzing below does not fit them: positive floats,
 # an L1/L2 choice, and attention's list of token positions (each tested in its own command's tests).
@@ -424,6 +428,8 @@ OTHER_TYPED = {
     ("kg-embed", "--max-minutes"),
     ("kg-embed", "--norm"),
     ("attention", "--order"),
+    ("suite", "--epochs"),
+    ("suite", "--lrs"),
 }
 
 
