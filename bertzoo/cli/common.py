@@ -85,10 +85,16 @@ def add_corpus_args(
         dest="input",
         action="append",
         required=True,
-        help=f"text/JSONL file, directory, or builtin corpus ({example}); repeatable",
+        help=f"text/JSONL/CSV/parquet/arrow file, directory, builtin corpus ({example}) or "
+        "hf-dataset:NAME_OR_PATH[:config][:split] (a Hugging Face dataset); repeatable",
     )
-    p.add_argument("--format", default="auto", choices=["auto", "text", "jsonl"], help="input format")
-    p.add_argument("--text-field", default="text", help="JSONL field holding the text")
+    p.add_argument(
+        "--format",
+        default="auto",
+        choices=["auto", "text", "jsonl", "csv", "parquet", "arrow"],
+        help="input format (auto: from the file extension)",
+    )
+    p.add_argument("--text-field", default="text", help="JSONL field or dataset column holding the text")
     p.add_argument(
         "--doc-per",
         default="block",

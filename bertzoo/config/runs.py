@@ -248,7 +248,8 @@ class TaskDataConfig:
     train: str = ""
     dev: str = ""
     test: str = ""
-    format: Literal["auto", "csv", "tsv", "jsonl", "conll", "squad", "swag", "disk"] = "auto"
+    # parquet, arrow and disk (a dataset directory) are read through `datasets`, as is any `hf-dataset:` spec
+    format: Literal["auto", "csv", "tsv", "jsonl", "conll", "squad", "swag", "disk", "parquet", "arrow"] = "auto"
     text_column: str = "text"
     text_pair_column: str = ""  # set for sentence-pair tasks
     label_column: str = "label"

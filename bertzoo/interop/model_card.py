@@ -236,11 +236,15 @@ def hub_id(spec: str) -> str | None:
 
 
 def _names(spec: str) -> list[str]:
-    """Dataset names in a data spec: `builtin:wiki-en:train` -> wiki-en, a user's path -> its file name."""
+    """Dataset names in a data spec: `builtin:wiki-en:train` -> wiki-en, `hf-dataset:ORG/NAME:config:split` ->
+    ORG/NAME, a user's path -> its file name."""
     out = []
     for item in (part.strip() for part in spec.split(",")):
         if item.startswith(BUILTIN):
             out.append(item[len(BUILTIN) :].split(":")[0])
+        elif item.startswith("hf-dataset:"):  # a Hub dataset's id (ORG/NAME) is its name on the Hub; a local one's
+            name = item[len("hf-dataset:") :].split(":")[0]
+            out.append(Path(name).name if Path(name).exists() else name)
         elif item:
             out.append(Path(item).name)
     return out

@@ -27,13 +27,14 @@ from torch import nn
 
 from bertzoo.batch import Batch, pad_batch
 from bertzoo.config import FinetuneConfig
+from bertzoo.data.text.hf_datasets import check_columns, is_spec, iter_rows, open_dataset
 from bertzoo.errors import ConfigError, DataError
 from bertzoo.metrics.squad import squad_evaluate
 from bertzoo.models.heads import SpanHead
 from bertzoo.objectives.base import ObjectiveOutput
 from bertzoo.tasks.base import EvalResult, FeatureDataset, Task, TaskModel, batched_logits
 
-__all__ = ["QAModel", "QATask", "feature_offsets", "postprocess_predictions", "read_squad"]
+__all__ = ["QAModel", "QATask", "feature_offsets", "postprocess_predictions", "read_squad", "read_squad_dataset"]
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,43 @@ def read_squad(path: str | Path) -> tuple[list[dict[str, Any]], bool]:
     if not examples:
         raise DataError(f"{path} holds no questions; check the file")
     return examples, version_2
+
+
+SQUAD_COLUMNS = ("id", "question", "context", "answers")  # the Hub's squad / squad_v2 layout
+
+
+def read_squad_dataset(source: str, split: str) -> tuple[list[dict[str, Any]], bool]:
+    """`read_squad` for the Hub's layout (`squad`, `squad_v2`: one row per question, `answers` as {text: [...],
+    answer_start: [...]}): an `hf-dataset:` spec or a parquet / arrow file, one split of it. It is SQuAD 2.0 when
+    a question has no answer."""
+    fix = "QA reads the Hub's SQuAD layout: id, question, context, answers {text, answer_start}"
+    ds = open_dataset(source, split=split)
+    check_columns(ds, SQUAD_COLUMNS, source, fix)
+    examples: list[dict[str, Any]] = []
+    for row in iter_rows(ds, source):
+        missing = [c for c in SQUAD_COLUMNS if c not in row]
+        if missing:
+            raise DataError(f"{source}: no column {missing[0]!r} (columns: {', '.join(row)}); {fix}")
+        qid, answers = str(row["id"]), row["answers"]
+        if not isinstance(answers, dict) or not isinstance(answers.get("text"), list):
+            raise DataError(f"{source}: question {qid} has answers {str(answers)[:40]}; {fix}")
+        starts = answers.get("answer_start") or []
+        pairs = [{"text": t, "answer_start": a} for t, a in zip(answers["text"], starts, strict=False)]
+        examples.append(
+            {
+                "id": qid,
+                "title": str(row.get("title", "")),
+                "question": str(row["question"]),
+                "context": str(row["context"]),
+                "answers": [_answer(x, qid, Path(source)) for x in pairs],
+                "is_impossible": not pairs,
+            }
+        )
+    if not examples:
+        raise DataError(f"{source} holds no questions; check the dataset and split")
+    if len({e["id"] for e in examples}) < len(examples):
+        raise DataError(f"{source}: a question id appears twice; SQuAD ids must be unique")
+    return examples, any(e["is_impossible"] for e in examples)
 
 
 def _answer(answer: Any, qid: str, path: Path) -> dict[str, Any]:
@@ -254,7 +292,8 @@ class QATask(Task):
         d = self.cfg.data
         if d.dataset:
             raise DataError(
-                f"data.dataset={d.dataset!r}: QA has no built-in dataset; set data.train/data.dev to SQuAD JSON files"
+                f"data.dataset={d.dataset!r}: QA has no built-in dataset; set data.train/data.dev to SQuAD JSON "
+                "files or hf-dataset:rajpurkar/squad"
             )
         if d.format not in ("auto", "squad"):
             raise ConfigError(f"data.format={d.format!r} cannot be read by the qa task; use 'squad' (or 'auto')")
@@ -262,8 +301,13 @@ class QATask(Task):
         if path is None:
             raise ValueError(f"split must be train, dev or test, got {split!r}")
         if not path:
-            raise DataError(f"data.{split} is not set; point it at a SQuAD JSON file (e.g. dev-v1.1.json)")
-        examples, version_2 = read_squad(path)
+            raise DataError(
+                f"data.{split} is not set; point it at a SQuAD JSON file (dev-v1.1.json) or hf-dataset:rajpurkar/squad"
+            )
+        if is_spec(path) or Path(path).suffix in (".parquet", ".arrow"):
+            examples, version_2 = read_squad_dataset(path, split)
+        else:
+            examples, version_2 = read_squad(path)
         self.version_2 = self.version_2 or version_2
         return examples
 

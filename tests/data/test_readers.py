@@ -210,7 +210,8 @@ def test_detect_format(tmp_path):
     with pytest.raises(DataError, match="set data.format"):
         detect_format("x.txt", "text")
     with pytest.raises(DataError, match="set data.format"):
-        detect_format("x.parquet")
+        detect_format("x.xlsx")
+    assert detect_format("x.parquet") == "parquet" and detect_format("x.arrow", "tokens") == "arrow"
 
 
 def test_read_examples_dispatch_and_errors(tmp_path):

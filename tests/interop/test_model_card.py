@@ -159,3 +159,15 @@ def test_push_points_a_generated_card_at_the_repository_and_keeps_a_hand_written
     ensure_model_card(model, "org/topics")
     assert (model / CARD_FILE).read_text(encoding="utf-8") == "# My model\n"
     assert render_model_card(finetuned / "model", repo_id="org/topics").startswith("---\nlibrary_name: bertzoo\n")
+
+
+def test_a_cards_datasets_name_hub_datasets_by_id_and_local_ones_by_file_name(tmp_path) -> None:
+    from bertzoo.interop.model_card import datasets_of
+
+    local = tmp_path / "reviews.parquet"
+    local.write_bytes(b"")
+    data = {
+        "train": f"hf-dataset:someone/clinical-notes:v2:train,hf-dataset:{local}",
+        "mixture": [{"dataset": "builtin:wiki-topics:train"}],
+    }
+    assert datasets_of({"data": data}) == ["someone/clinical-notes", "reviews.parquet", "wiki-topics"]

@@ -96,6 +96,43 @@ def test_load_v1_and_v2(tokenizer):
     assert task2.head_config()["version_2"] is True
 
 
+def _hub_rows(path: Path) -> list[dict]:
+    """The SQuAD file as the Hub's squad_v2 rows: one per question, answers as {text: [...], answer_start: [...]}."""
+    rows = []
+    for article in json.loads(path.read_text())["data"]:
+        for paragraph in article["paragraphs"]:
+            for qa in paragraph["qas"]:
+                answers = [] if qa.get("is_impossible") else qa["answers"]
+                rows.append(
+                    {
+                        "id": qa["id"],
+                        "title": article["title"],
+                        "context": paragraph["context"],
+                        "question": qa["question"],
+                        "answers": {
+                            "text": [a["text"] for a in answers],
+                            "answer_start": [a["answer_start"] for a in answers],
+                        },
+                    }
+                )
+    return rows
+
+
+def test_load_the_hubs_squad_layout_from_a_dataset_and_parquet(tokenizer, tmp_path):
+    import datasets
+
+    expected, _ = read_squad(V2)
+    rows = datasets.Dataset.from_list(_hub_rows(V2))
+    datasets.DatasetDict({"train": rows, "validation": rows}).save_to_disk(str(tmp_path / "squad"))
+    rows.to_parquet(str(tmp_path / "dev.parquet"))
+    for source in (f"hf-dataset:{tmp_path / 'squad'}", str(tmp_path / "dev.parquet")):
+        task = make_task(tokenizer, Path(source))
+        assert task.load("dev") == expected and task.version_2, source  # dev finds the `validation` split
+    rows.remove_columns("answers").to_parquet(str(tmp_path / "no-answers.parquet"))
+    with pytest.raises(DataError, match="no column 'answers'"):
+        make_task(tokenizer, tmp_path / "no-answers.parquet").load("train")
+
+
 def test_load_errors(tokenizer, tmp_path):
     with pytest.raises(DataError, match="not found"):
         read_squad(tmp_path / "nope.json")

@@ -1,5 +1,7 @@
 """Readers for fine-tuning data: labelled text (CSV/TSV/JSONL), token-labelled sentences (CoNLL,
-JSONL), multiple-choice items (SWAG CSV, JSONL) and `datasets.Dataset` directories.
+JSONL), multiple-choice items (SWAG CSV, JSONL), and Hugging Face datasets of any kind of example:
+`hf-dataset:NAME_OR_PATH[:config][:split]`, directories (saved with `save_to_disk`, or of data files) and
+parquet / arrow files, read through `datasets` (`bertzoo.data.text.hf_datasets`).
 
 Every reader returns a list of plain dicts and adds `source` ("path:line") to each, so a later
 error (an unknown label, an empty text) can say where the example came from. Three kinds of
@@ -16,7 +18,6 @@ extension when `fmt="auto"`); the table `READERS` lists the combinations.
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import logging
 import os
@@ -26,6 +27,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+import bertzoo.data.text.hf_datasets as hf_datasets
 from bertzoo.data.text.corpus import ReadStats, iter_lines, jsonl_records
 from bertzoo.errors import DataError
 
@@ -34,6 +36,7 @@ __all__ = [
     "detect_format",
     "read_choices_jsonl",
     "read_conll",
+    "read_dataset",
     "read_disk",
     "read_examples",
     "read_swag_csv",
@@ -59,6 +62,8 @@ _EXTENSIONS = {
     ".iob": "conll",
     ".iobes": "conll",
     ".txt": "conll",  # only for token tasks; text tasks have no plain-text format
+    ".parquet": "parquet",
+    ".arrow": "arrow",
 }
 _TOKEN_FIELDS = ("tokens", "words")
 _TAG_FIELDS = ("labels", "tags", "ner_tags")
@@ -84,7 +89,7 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def detect_format(path: str | os.PathLike, kind: Kind = "text") -> str:
-    """The format of `path` from its extension (a directory is a saved `datasets.Dataset`)."""
+    """The format of `path` from its extension (a directory is a Hugging Face dataset: "disk")."""
     path = Path(path)
     if path.is_dir():
         return "disk"
@@ -397,26 +402,12 @@ def read_choices_jsonl(path: str | os.PathLike, *, label_column: str = "label") 
 
 
 # ---------------------------------------------------------------------------------------------
-# datasets.Dataset saved with save_to_disk
+# Hugging Face datasets: hf-dataset: specs, saved or data-file directories, parquet / arrow files
 # ---------------------------------------------------------------------------------------------
 
-_SPLIT_ALIASES = {"dev": ("validation", "dev", "valid", "val"), "train": ("train",), "test": ("test",)}
 
-
-def _class_names(feature: Any) -> list[str] | None:
-    """Names of a ClassLabel feature, or of a Sequence(ClassLabel) / [ClassLabel] feature."""
-    names = getattr(feature, "names", None)
-    if names:
-        return list(names)
-    inner = getattr(feature, "feature", None)
-    if inner is None and isinstance(feature, list) and feature:
-        inner = feature[0]
-    names = getattr(inner, "names", None)
-    return list(names) if names else None
-
-
-def read_disk(
-    path: str | os.PathLike,
+def read_dataset(
+    source: str | os.PathLike,
     kind: Kind = "text",
     *,
     split: str = "train",
@@ -425,44 +416,35 @@ def read_disk(
     label_column: str = "label",
     label_type: LabelType = "single",
 ) -> list[dict[str, Any]]:
-    """Rows of a `datasets.Dataset` (or one split of a `DatasetDict`: train, validation/dev, test)
-    written with `save_to_disk`. ClassLabel integers are turned into their names."""
-    path = Path(path)
-    if importlib.util.find_spec("datasets") is None:
-        raise DataError(f"{path} is a saved datasets.Dataset; reading it needs `pip install datasets`")
-    import datasets
-
-    if not path.is_dir():
-        raise DataError(f"dataset directory not found: {path}; check data.train / data.dev / data.test")
-    try:
-        ds = datasets.load_from_disk(str(path))
-    except Exception as exc:  # datasets raises FileNotFoundError or its own errors for foreign directories
-        raise DataError(f"cannot load {path} with datasets.load_from_disk ({exc}); save it with save_to_disk") from None
-    if isinstance(ds, datasets.DatasetDict):
-        names = [n for n in _SPLIT_ALIASES.get(split, (split,)) if n in ds]
-        if not names:
-            raise DataError(f"{path} has splits {', '.join(ds)} but none for {split!r}; point data.{split} at a split")
-        ds = ds[names[0]]
-    features = ds.features
-    convert = {col: names for col in ds.column_names if (names := _class_names(features[col])) is not None}
+    """Rows of a Hugging Face dataset as examples of `kind`: an `hf-dataset:` spec, a directory (saved with
+    `save_to_disk`, or holding data files) or a parquet / arrow file. `split` (train, dev, test) picks the split
+    when the spec names none; ClassLabel integers are turned into their names."""
+    where = str(source)
+    ds = hf_datasets.open_dataset(source, split=split)
+    if kind == "text":
+        hf_datasets.check_columns(
+            ds, [text_column, text_pair_column], where, "set data.text_column / data.text_pair_column"
+        )
     out = []
-    for i, row in enumerate(ds):
-        for col, names in convert.items():
-            value = row[col]
-            if isinstance(value, list):
-                row[col] = [names[v] if isinstance(v, int) and 0 <= v < len(names) else v for v in value]
-            elif isinstance(value, int) and 0 <= value < len(names):
-                row[col] = names[value]
-        where = f"{path}[row {i}]"
+    for i, row in enumerate(hf_datasets.iter_rows(ds, where)):
+        at = f"{where}[row {i}]"
         if kind == "tokens":
-            out.append(_token_example(row, where, text_column, label_column))
+            out.append(_token_example(row, at, text_column, label_column))
         elif kind == "choices":
-            out.append(_choices_example(row, where, label_column))
+            out.append(_choices_example(row, at, label_column))
         else:
-            out.append(_text_example(row, where, text_column, text_pair_column, label_column, label_type))
+            out.append(_text_example(row, at, text_column, text_pair_column, label_column, label_type))
     if not out:
-        raise DataError(f"{path} holds no rows; check the dataset")
+        raise DataError(f"{where} holds no rows; check the dataset")
     return out
+
+
+def read_disk(path: str | os.PathLike, kind: Kind = "text", **columns: Any) -> list[dict[str, Any]]:
+    """A dataset directory (written with `save_to_disk`, or holding data files); see `read_dataset`."""
+    hf_datasets.require_datasets(str(path))
+    if not Path(path).is_dir():
+        raise DataError(f"dataset directory not found: {path}; check data.train / data.dev / data.test")
+    return read_dataset(path, kind, **columns)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -486,9 +468,9 @@ def _table(fmt: str) -> Reader:
     return read
 
 
-def _disk(kind: Kind) -> Reader:
+def _dataset(kind: Kind) -> Reader:
     def read(path: Path, **kw: Any) -> list[dict[str, Any]]:
-        return read_disk(path, kind, **kw)
+        return read_dataset(path, kind, **kw)
 
     return read
 
@@ -499,12 +481,16 @@ READERS: dict[tuple[str, str], Reader] = {
     ("text", "csv"): _table("csv"),
     ("text", "tsv"): _table("tsv"),
     ("text", "jsonl"): _table("jsonl"),
-    ("text", "disk"): _disk("text"),
+    ("text", "disk"): _dataset("text"),
+    ("text", "parquet"): _dataset("text"),
+    ("text", "arrow"): _dataset("text"),
     ("tokens", "conll"): lambda path, **kw: read_conll(path),
     ("tokens", "jsonl"): lambda path, **kw: read_token_jsonl(
         path, text_column=kw["text_column"], label_column=kw["label_column"]
     ),
-    ("tokens", "disk"): _disk("tokens"),
+    ("tokens", "disk"): _dataset("tokens"),
+    ("tokens", "parquet"): _dataset("tokens"),
+    ("tokens", "arrow"): _dataset("tokens"),
     ("choices", "swag"): lambda path, **kw: (
         read_choices_jsonl(path, label_column=kw["label_column"])
         if _EXTENSIONS.get(Path(path).suffix.lower()) == "jsonl"
@@ -512,7 +498,9 @@ READERS: dict[tuple[str, str], Reader] = {
     ),
     ("choices", "csv"): lambda path, **kw: read_swag_csv(path),
     ("choices", "jsonl"): lambda path, **kw: read_choices_jsonl(path, label_column=kw["label_column"]),
-    ("choices", "disk"): _disk("choices"),
+    ("choices", "disk"): _dataset("choices"),
+    ("choices", "parquet"): _dataset("choices"),
+    ("choices", "arrow"): _dataset("choices"),
 }
 
 
@@ -527,7 +515,17 @@ def read_examples(
     label_type: LabelType = "single",
     split: str = "train",
 ) -> list[dict[str, Any]]:
-    """Read `path` as examples of `kind` ("text", "tokens" or "choices"); see the module doc."""
+    """Read `path` as examples of `kind` ("text", "tokens" or "choices"); see the module doc. An `hf-dataset:`
+    spec is read through `datasets` whatever `fmt` says."""
+    columns = dict(
+        text_column=text_column,
+        text_pair_column=text_pair_column,
+        label_column=label_column,
+        label_type=label_type,
+        split=split,
+    )
+    if hf_datasets.is_spec(path):
+        return read_dataset(str(path), kind, **columns)
     path = Path(path)
     if not path.exists():
         raise DataError(f"data file not found: {path}; check data.train / data.dev / data.test")
@@ -536,11 +534,4 @@ def read_examples(
     if reader is None:
         allowed = ", ".join(f for k, f in READERS if k == kind)
         raise DataError(f"format {fmt!r} does not hold {kind} examples; for this task use one of: {allowed}")
-    return reader(
-        path,
-        text_column=text_column,
-        text_pair_column=text_pair_column,
-        label_column=label_column,
-        label_type=label_type,
-        split=split,
-    )
+    return reader(path, **columns)

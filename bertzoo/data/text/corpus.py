@@ -1,7 +1,9 @@
 """Reading raw corpora as a stream of cleaned documents, and splitting documents into sentences.
 
-Inputs are files, directories (recursed in sorted order) or built-in corpora (`builtin:wiki-en`).
-Files are read line by line, so a corpus of any size streams through in constant memory.
+Inputs are files, directories (recursed in sorted order), built-in corpora (`builtin:wiki-en`) and Hugging Face
+datasets (`hf-dataset:NAME_OR_PATH[:config][:split]`, a directory saved with `save_to_disk`, parquet / arrow / CSV
+files; `hf_datasets`). Text files are read line by line and datasets batch by batch, so a corpus of any size streams
+through in constant memory.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+import bertzoo.data.text.hf_datasets as hf_datasets
 from bertzoo.data.text.builtin import check_builtin, iter_builtin
 from bertzoo.data.text.lines import BUILTIN_PREFIX, LONE_SURROGATE, ReadStats, clean_text, iter_lines
 from bertzoo.errors import DataError
@@ -22,9 +25,14 @@ __all__ = ["ReadStats", "clean_text", "expand_inputs", "read_documents", "split_
 
 log = logging.getLogger(__name__)
 
-Format = Literal["auto", "text", "jsonl"]
+Format = Literal["auto", "text", "jsonl", "csv", "parquet", "arrow"]
+FileFormat = Literal["text", "jsonl", "csv", "parquet", "arrow", "dataset"]
+FORMATS = ("auto", "text", "jsonl", "csv", "parquet", "arrow")
 DocPer = Literal["block", "file", "line"]
 _JSONL_SUFFIXES = {".jsonl", ".json", ".ndjson"}
+# Tables read through `datasets`, one document per row (JSON stays bertzoo's own JSONL reader).
+_TABLE_SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".arrow": "arrow"}
+_TEXT_FIELD_FIX = "pass the column that holds the text with --text-field"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -173,17 +181,36 @@ def _jsonl_documents(path: Path, text_field: str, stats: ReadStats | None) -> It
             stats.empty_docs_skipped += 1
 
 
-def _file_format(path: Path, fmt: Format) -> Literal["text", "jsonl"]:
+def _dataset_documents(ds: object, where: str, text_field: str, stats: ReadStats) -> Iterator[str]:
+    """One document per row of a `datasets` dataset: the text in column `text_field`, cleaned."""
+    for value in hf_datasets.iter_column(ds, text_field, where, _TEXT_FIELD_FIX):
+        if value is not None and not isinstance(value, str):
+            raise DataError(f"{where}: column {text_field!r} holds {type(value).__name__}, not text; {_TEXT_FIELD_FIX}")
+        doc = clean_text(value or "")
+        if doc:
+            yield doc
+        else:
+            stats.empty_docs_skipped += 1
+
+
+def _file_format(path: Path, fmt: Format) -> FileFormat:
+    if hf_datasets.is_saved_dataset(path):
+        return "dataset"
     if fmt != "auto":
         return fmt
     name = path.name[:-3] if path.suffix == ".gz" else path.name
-    return "jsonl" if Path(name).suffix.lower() in _JSONL_SUFFIXES else "text"
+    suffix = Path(name).suffix.lower()
+    if path.suffix != ".gz" and suffix in _TABLE_SUFFIXES:
+        return _TABLE_SUFFIXES[suffix]  # type: ignore[return-value]
+    return "jsonl" if suffix in _JSONL_SUFFIXES else "text"
 
 
 def expand_inputs(inputs: str | os.PathLike | Iterable[str | os.PathLike]) -> list[str | Path]:
-    """Resolve inputs into builtin names (kept as strings) and files (directories recursed, sorted).
+    """Resolve inputs into builtin names and `hf-dataset:` specs (kept as strings), directories saved with
+    `save_to_disk` (kept whole) and files (other directories recursed, sorted).
 
-    Raises DataError for a path that does not exist, before anything is read.
+    Raises DataError for a path that does not exist, or a dataset input without the datasets package, before
+    anything is read.
     """
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
@@ -193,8 +220,16 @@ def expand_inputs(inputs: str | os.PathLike | Iterable[str | os.PathLike]) -> li
             check_builtin(item)
             out.append(item)
             continue
+        if hf_datasets.is_spec(item):
+            hf_datasets.parse_spec(str(item))
+            hf_datasets.require_datasets(str(item))
+            out.append(str(item))
+            continue
         path = Path(item)
-        if path.is_dir():
+        if hf_datasets.is_saved_dataset(path):
+            hf_datasets.require_datasets(str(path))
+            out.append(path)
+        elif path.is_dir():
             # Hidden files and folders (.git, .DS_Store) are never corpus text.
             files = [
                 p
@@ -206,7 +241,8 @@ def expand_inputs(inputs: str | os.PathLike | Iterable[str | os.PathLike]) -> li
             out.append(path)
         else:
             raise DataError(
-                f"corpus file not found: {path}; check the path (built-in corpora are named like builtin:wiki-en)"
+                f"corpus file not found: {path}; check the path (built-in corpora are named like builtin:wiki-en, "
+                f"Hugging Face datasets like {hf_datasets.USAGE})"
             )
     return out
 
@@ -226,18 +262,37 @@ def read_documents(
     doc_per: DocPer = "block",
     stats: ReadStats | None = None,
 ) -> Iterator[str]:
-    """Stream cleaned, non-empty documents from files, directories and `builtin:` corpora.
+    """Stream cleaned, non-empty documents from files, directories, `builtin:` corpora and `hf-dataset:` specs.
 
     Plain text: `doc_per="block"` (blank-line separated blocks, lines kept as newlines), `"file"`
     or `"line"`. JSONL (`.jsonl`/`.json`/`.ndjson`, or `fmt="jsonl"`): one object per line, text
-    in `text_field`. Missing paths fail at call time; a corpus without any text fails at its end.
+    in `text_field`. Hugging Face datasets, saved datasets and CSV / parquet / arrow files (read through
+    `datasets`, streamed): one document per row, text in column `text_field`; a spec without a split reads
+    `train`. Missing paths fail at call time; a corpus without any text fails at its end.
     """
-    if fmt not in ("auto", "text", "jsonl"):
-        raise DataError(f"unknown corpus format {fmt!r}; choose auto, text or jsonl")
+    if fmt not in FORMATS:
+        raise DataError(f"unknown corpus format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if doc_per not in ("block", "file", "line"):
         raise DataError(f"unknown document unit {doc_per!r}; choose block, file or line")
     sources = expand_inputs(inputs)
     return _read(sources, fmt, text_field, doc_per, stats)
+
+
+def _source_documents(
+    source: str | Path, fmt: Format, text_field: str, doc_per: DocPer, stats: ReadStats
+) -> Iterator[str]:
+    if isinstance(source, str) and not hf_datasets.is_spec(source):
+        return iter_builtin(source, stats)
+    stats.files += 1
+    kind = "dataset" if isinstance(source, str) else _file_format(source, fmt)
+    if kind == "jsonl":
+        return _jsonl_documents(source, text_field, stats)  # type: ignore[arg-type]
+    if kind == "text":
+        return _text_documents(source, doc_per, stats)  # type: ignore[arg-type]
+    # Streamed: a corpus larger than memory is never loaded whole.
+    builder = None if kind == "dataset" else hf_datasets.FILE_FORMATS[f".{kind}"]
+    ds = hf_datasets.open_dataset(source, split="train", streaming=True, fmt=builder)
+    return _dataset_documents(ds, str(source), text_field, stats)
 
 
 def _read(
@@ -250,21 +305,13 @@ def _read(
     bad_before = stats.bad_utf8_lines
     docs_before = stats.documents
     for source in sources:
-        if isinstance(source, str):
-            docs = iter_builtin(source, stats)
-        else:
-            stats.files += 1
-            if _file_format(source, fmt) == "jsonl":
-                docs = _jsonl_documents(source, text_field, stats)
-            else:
-                docs = _text_documents(source, doc_per, stats)
-        for doc in docs:
+        for doc in _source_documents(source, fmt, text_field, doc_per, stats):
             stats.documents += 1
             yield doc
     if stats.documents == docs_before:
         raise DataError(
             f"empty corpus: {_describe(sources)} contains no text; check the paths, --format "
-            f"(text or jsonl) and --text-field"
+            f"({', '.join(FORMATS[1:])}) and --text-field"
         )
     if report and stats.bad_utf8_lines > bad_before:
         log.warning(
