@@ -6,5 +6,7 @@
 * `distill`: teacher + student (`students`) -> distillation phases, with the teacher's logits and the augmented
   data cached on disk (`teacher_cache`, `augment_cache`);
 * `generate`: text from a seq2seq model or a left-to-right LM; `embed`: sentence vectors from an encoder;
-* `transe`: TransE entity vectors of a knowledge graph (`bertzoo kg-embed`).
+* `transe`: TransE entity vectors of a knowledge graph (`bertzoo kg-embed`);
+* `suite`: a model fine-tuned and scored on every task of a benchmark suite (`suite_tasks`: the recipes and metrics;
+  `suite_report`: the reports).
 """
