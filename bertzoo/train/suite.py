@@ -390,9 +390,11 @@ def run_suite(
         for task in tasks:
             files, data_hash = prepared[task.name]
             settings = job_settings(task, options)
-            # Runs are keyed by everything they depend on: a changed recipe, budget or data gets new runs.
+            # Runs are keyed by everything they depend on: a changed recipe, budget or data gets new runs. The
+            # grid is not part of the key (a run's rate is in its name), so a wider grid reuses the rates run.
+            keyed = {k: v for k, v in settings.items() if k != "lrs"}
             key = json.dumps(
-                {"model": model, "files": identities[model], "settings": settings, "data": data_hash}, sort_keys=True
+                {"model": model, "files": identities[model], "settings": keyed, "data": data_hash}, sort_keys=True
             )
             tag = hashlib.sha1(key.encode("utf-8")).hexdigest()[:8]
             base = out / "runs" / _slug(model) / task.name

@@ -31,6 +31,7 @@ SCORES = {
     ("A", 1, 2e-3): (0.40, 0.40),
     ("A", 2, 1e-3): (0.20, 0.40),  # seed 2: 2e-3 wins (0.50 > 0.30)
     ("A", 2, 2e-3): (0.50, 0.50),
+    ("A", 0, 3e-3): (0.95, 0.95),  # only in the widened grid: seed 0's best once it runs
     ("B", 0, 1e-3): (0.10, 0.10),
     ("B", 0, 2e-3): (0.00, 0.10),
     ("B", 1, 1e-3): (0.30, 0.10),
@@ -112,9 +113,13 @@ def test_best_rate_per_seed_median_spread_aggregate_and_comparison(models, tmp_p
     assert len(calls) == 24
     run_suite("stand-in", [models["A"]], out, options=SuiteOptions(seeds=1, max_train_examples=5), say=lambda _: None)
     assert len(calls) == 24 + 2 * 2
+    wider = SuiteOptions(seeds=1, max_train_examples=5, lrs=[1e-3, 2e-3, 3e-3])  # only the new rate runs
+    widened = run_suite("stand-in", [models["A"]], out, options=wider, say=lambda _: None)
+    assert len(calls) == 24 + 2 * 2 + 2
+    assert widened["models"][0]["tasks"]["two"]["score"]["median"] == pytest.approx(0.95)
     save_tiny_model(Path(models["A"]), seed=1)  # a model written anew under the same path: new runs
     run_suite("stand-in", [models["A"]], out, options=SuiteOptions(seeds=1, max_train_examples=5), say=lambda _: None)
-    assert len(calls) == 24 + 2 * 2 + 2 * 2
+    assert len(calls) == 24 + 2 * 2 + 2 + 2 * 2
 
 
 def test_random_init_is_the_same_architecture_and_tokenizer(models) -> None:
