@@ -10,7 +10,8 @@ data movement; they exclude tokenisation (done once up front on both sides).
 
 Prints examples/s for both, the ratio, and a utilisation figure: useful training FLOPs (3x the
 forward FLOPs on real tokens only) per second over the measured peak matmul rate at the same
-precision. Last line: JSON.
+precision. Then bertzoo against itself: unpadded execution (`model.unpad`) against today's padded length
+buckets on the same examples (benchmarks/unpad_compare.py), `unpad_ratio` in the JSON. Last line: JSON.
 
     python benchmarks/finetune_throughput.py --quick
     python benchmarks/finetune_throughput.py --steps 200 --precision bf16
@@ -29,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from finetune_vs_transformers import lockstep, parser  # noqa: E402
 from inference_throughput import useful_flops  # noqa: E402
 from pretrain_throughput import peak_matmul_flops  # noqa: E402
+from unpad_compare import finetune_sides  # noqa: E402
 
 from bertzoo.precision import autocast_dtype, cpu_capability  # noqa: E402
 
@@ -36,10 +38,22 @@ from bertzoo.precision import autocast_dtype, cpu_capability  # noqa: E402
 def main() -> None:
     ap = parser(__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=150, help="optimizer steps per side")
+    ap.add_argument("--unpad-steps", type=int, default=40, help="steps per side of the unpadded comparison")
     args = ap.parse_args()
     if args.quick:  # a smoke run: fewer examples to tokenize, a few steps
         args.steps, args.train_limit, args.test_limit = 8, args.train_limit or 512, args.test_limit or 64
+        args.unpad_steps = 8
     r = lockstep(args, max_steps=args.steps, evaluate=False)
+    amp = autocast_dtype(r["precision"])  # the precision lockstep resolved, for both sides
+    u = finetune_sides(
+        r["model"], r["train_ds"], r["task"].collate, args.unpad_steps, args.batch, args.seed, r["device"], amp
+    )
+    u_eps = {k: args.unpad_steps * args.batch / v for k, v in u["seconds"].items()}
+    best = max((k for k in u_eps if k.startswith("unpadded")), key=u_eps.get)
+    unpad_ratio = u_eps[best] / u_eps["padded, length buckets"]
+    for name, value in u_eps.items():
+        print(f"{name:>26}: {value:,.1f} examples/s (padding {100 * u['padding'][name]:.1f}%)")
+    print(f"unpadded ({best}) over padded length buckets: ratio {unpad_ratio:.2f}x")
     examples = args.steps * args.batch
     eps = {k: examples / v for k, v in r["seconds"].items()}
     ratio = eps["bertzoo"] / eps["transformers"]
@@ -73,6 +87,8 @@ def main() -> None:
                 "transformers_utilisation": round(util["transformers"], 4),
                 "bertzoo_padding": round(r["ours_pad"], 4),
                 "transformers_padding": round(r["theirs_pad"], 4),
+                "unpad_examples_per_s": {k: round(v, 2) for k, v in u_eps.items()},
+                "unpad_ratio": round(unpad_ratio, 3),
             }
         )
     )

@@ -295,6 +295,7 @@ def lockstep(args: argparse.Namespace, *, max_steps: int | None = None, evaluate
         "ratio": ratio, "diff": diff, "same_ids": same_ids, "device": device, "precision": precision,
         "train_examples": len(train_ex), "test_examples": len(test_ex),
         "encoder_config": model.encoder.config, "lengths": lengths,
+        "model": model, "task": task, "train_ds": train_ds,
     }  # fmt: skip
 
 

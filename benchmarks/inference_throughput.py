@@ -9,7 +9,9 @@ checked to agree. Prints sentences/s for both, the ratio (bertzoo's speed over s
 FLOPs of the work, the GFLOP/s and the MFU of each side against a peak matmul rate measured in the same run at the
 same precision. --precision auto (the default) resolves to bf16 only
 where the device runs it natively and faster (`bertzoo.precision`), else fp32; both sides use the
-resolved precision. --device cpu (default) or cuda. Last line: JSON.
+resolved precision. --device cpu (default) or cuda. Then bertzoo against itself: `encode` with unpadded execution
+(`model.unpad`) against today's padded length-sorted batches (benchmarks/unpad_compare.py), `unpad_ratio` in the
+JSON. Last line: JSON.
 
     python benchmarks/inference_throughput.py --quick
 """
@@ -29,6 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from pretrain_throughput import peak_matmul_flops  # noqa: E402
 from timing import alternate, autocast, device_arg, resolve_device  # noqa: E402
+from unpad_compare import inference_sides  # noqa: E402
 
 from bertzoo.data.text.corpus import read_documents, split_sentences  # noqa: E402
 from bertzoo.data.tokens.tokenizer import Tokenizer  # noqa: E402
@@ -111,6 +114,9 @@ def main() -> None:
     sps = {k: len(texts) / min(v) for k, v in times.items()}
     mfu = {k: flops / min(v) / peak for k, v in times.items()}
     ratio = sps["bertzoo"] / sps["sentence-transformers"]
+    unpad_times, unpad_diff = inference_sides(ours, tok, texts, args.batch, args.max_length, args.repeats, precision)
+    unpad_sps = {k: len(texts) / v for k, v in unpad_times.items()}
+    unpad_ratio = unpad_sps["unpadded"] / unpad_sps["padded, length-sorted"]
     import sentence_transformers
 
     print(
@@ -126,6 +132,9 @@ def main() -> None:
             f"MFU {mfu[name]:.1%}"
         )
     print(f"ratio {ratio:.2f}x  min cosine {cos.min():.6f}  peak matmul {peak / 1e9:,.0f} GFLOP/s")
+    for name, value in unpad_sps.items():
+        print(f"{'bertzoo ' + name:>32}: {value:,.0f} sentences/s")
+    print(f"unpadded over padded length-sorted: ratio {unpad_ratio:.2f}x (largest difference {unpad_diff:.1e})")
     print(
         json.dumps(
             {
@@ -141,6 +150,9 @@ def main() -> None:
                 "reference_mfu": round(mfu["sentence-transformers"], 4),
                 "peak_gflops": round(peak / 1e9, 1),
                 "min_cosine": round(float(cos.min()), 6),
+                "unpad_sentences_per_s": {k: round(v, 1) for k, v in unpad_sps.items()},
+                "unpad_ratio": round(unpad_ratio, 3),
+                "unpad_max_difference": unpad_diff,
             }
         )
     )

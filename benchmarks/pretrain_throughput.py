@@ -13,6 +13,8 @@ transformers' at the first precision measured).
 
     python benchmarks/pretrain_throughput.py --quick
     python benchmarks/pretrain_throughput.py --preset bert-base --precision bf16
+    python benchmarks/pretrain_throughput.py --preset bert-base --batch 256 --seq 128 --accum 8 --compile  # GPU sizes
+    python benchmarks/pretrain_throughput.py --preset bert-base --batch 64 --seq 512 --accum 4 --compile
 
 --precision auto (the default) measures bf16 only where the hardware runs it natively and faster
 (`bertzoo.precision`), else fp32; the output names the precision used and the CPU kind.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 
 import torch
@@ -81,7 +84,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="bert-mini")
     ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--batch", type=int, default=32, help="sequences per optimizer step (over --accum micro-batches)")
+    ap.add_argument(
+        "--accum",
+        type=int,
+        default=1,
+        help="gradient accumulation: each step runs --batch / --accum sequences at a time",
+    )
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--precision", choices=["auto", "fp32", "bf16", "both"], default="auto")
     device_arg(ap, default="cuda" if torch.cuda.is_available() else "cpu")
@@ -89,6 +98,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a run of well under a minute")
     add_profile_arg(ap)
     args = ap.parse_args()
+    if args.accum < 1 or args.batch % args.accum:
+        sys.exit(f"--batch {args.batch} must be a positive multiple of --accum {args.accum}")
     if args.quick:  # a smoke run: transformers' fp32 BERT-mini step alone takes ~5 s on 2 cores
         args.steps = 3
     device = resolve_device(args.device)
@@ -107,24 +118,27 @@ def main() -> None:
     run_ours, run_hf = (torch.compile(ours), torch.compile(hf)) if args.compile else (ours, hf)
     opts = training_adamw(ours, hf, lr=1e-4, weight_decay=0.01, eps=1e-6)
     opt_ours, opt_hf = opts["bertzoo"], opts["transformers"]
-    batches = [b.to(device) for b in make_batches(4, args.batch, args.seq, cfg.vocab_size)]
+    # Each step: --accum micro-batches of --batch / --accum sequences, one optimizer step.
+    micro = [b.to(device) for b in make_batches(4 * args.accum, args.batch // args.accum, args.seq, cfg.vocab_size)]
+    batches = [micro[i : i + args.accum] for i in range(0, len(micro), args.accum)]
 
     # `model`: the module called (the FLOP count runs the eager one: the same products, no compiler in the way).
-    def step_ours(b: Batch, model: torch.nn.Module = run_ours) -> None:
-        loss = model(b).loss
-        loss.backward()
+    def step_ours(group: list[Batch], model: torch.nn.Module = run_ours) -> None:
+        for b in group:
+            (model(b).loss / len(group)).backward()
         opt_ours.step()
         opt_ours.zero_grad(set_to_none=True)
 
-    def step_hf(b: Batch, model: torch.nn.Module = run_hf) -> None:
-        out = model(
-            input_ids=b.input_ids,
-            attention_mask=b.attention_mask,
-            token_type_ids=b.token_type_ids,
-            labels=b.labels,
-            next_sentence_label=b.next_sentence_label,
-        )
-        out.loss.backward()
+    def step_hf(group: list[Batch], model: torch.nn.Module = run_hf) -> None:
+        for b in group:
+            out = model(
+                input_ids=b.input_ids,
+                attention_mask=b.attention_mask,
+                token_type_ids=b.token_type_ids,
+                labels=b.labels,
+                next_sentence_label=b.next_sentence_label,
+            )
+            (out.loss / len(group)).backward()
         opt_hf.step()
         opt_hf.zero_grad(set_to_none=True)
 
@@ -135,7 +149,8 @@ def main() -> None:
     tokens = args.batch * args.seq
     results: dict[str, float | bool] = {}
     print(
-        f"{args.preset} seq {args.seq} batch {args.batch} on {device}, torch {torch.__version__}, "
+        f"{args.preset} seq {args.seq} batch {args.batch} ({args.accum} x {args.batch // args.accum}) on {device}, "
+        f"torch {torch.__version__}, "
         f"transformers {transformers.__version__}, threads {torch.get_num_threads()}"
     )
     print(
@@ -173,7 +188,7 @@ def main() -> None:
         usage = utilisation_from(
             flops,
             {k: v / args.steps for k, v in times.items()},
-            largest_gemm=(tokens, cfg.hidden_size, cfg.intermediate_size),
+            largest_gemm=(tokens // args.accum, cfg.hidden_size, cfg.intermediate_size),
             device=device,
             amp=amp,
         )
@@ -193,6 +208,9 @@ def main() -> None:
                 "device": str(device),
                 "precision": "+".join(precisions),
                 "compile": args.compile,
+                "batch": args.batch,
+                "accum": args.accum,
+                "seq": args.seq,
                 "cpu_capability": cpu_capability(),
                 **results,
             }

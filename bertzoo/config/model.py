@@ -81,6 +81,13 @@ class ModelConfig:
     # logarithmic up to relative_max_distance.
     relative_buckets: int = 0
     relative_max_distance: int = 128
+    # Unpadded execution (docs/performance.md): a batch's real tokens run packed through every layer.
+    # auto: when a batch has enough padding to gain (bidirectional stacks with absolute positions); true: whenever
+    # a batch has padding; false: always the padded path.
+    unpad: bool | Literal["auto"] = "auto"
+    # How packed tokens attend (bertzoo.nn.unpad): auto (nested on CUDA; on the CPU split for inference, padded for
+    # training), split, nested, padded.
+    unpad_attention: Literal["auto", "split", "nested", "padded"] = "auto"
 
     def __post_init__(self) -> None:
         # Sizes first: a zero num_heads would otherwise fail the divisibility check with a ZeroDivisionError.
@@ -101,6 +108,13 @@ class ModelConfig:
             raise ConfigError(f"model.norm_kind={self.norm_kind!r} is not allowed; choose one of: layernorm, rms")
         if self.attention_scale is not None and not self.attention_scale > 0:
             raise ConfigError(f"model.attention_scale must be positive or null (1/sqrt(d)), got {self.attention_scale}")
+        if self.unpad not in (True, False, "auto"):
+            raise ConfigError(f"model.unpad must be auto, true or false, got {self.unpad!r}")
+        if self.unpad_attention not in ("auto", "split", "nested", "padded"):
+            raise ConfigError(
+                f"model.unpad_attention={self.unpad_attention!r} is not allowed; "
+                "choose one of: auto, split, nested, padded"
+            )
         if self.relative_buckets < 0 or 0 < self.relative_buckets < 4:
             raise ConfigError(f"model.relative_buckets must be 0 (none) or at least 4, got {self.relative_buckets}")
         if self.relative_buckets and self.relative_max_distance <= self.relative_buckets // 2:

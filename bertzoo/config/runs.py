@@ -63,6 +63,9 @@ class DataConfig:
     # "" = the variant's default; segment_pair (BERT NSP), sentence_order (ALBERT SOP),
     # full_sentences / doc_sentences (RoBERTa), single (one segment per example)
     input_format: str = ""
+    # full_sentences: keep the documents packed into one example apart (block-diagonal attention, positions
+    # restarting at each document) instead of letting them attend to each other as RoBERTa does.
+    document_boundaries: bool = False
     tokens_per_batch: int = 0  # doc_sentences: vary the batch size to keep tokens per batch constant
     lexicon: str = ""  # phrase/entity masking: a lexicon or annotation file (ERNIE)
     masking: MaskingConfig = field(default_factory=MaskingConfig)

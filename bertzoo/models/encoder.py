@@ -21,6 +21,12 @@ from bertzoo.nn import (
     to_attention_mask,
 )
 from bertzoo.nn.kv_cache import KVCache
+from bertzoo.nn.masks import CAUSAL, document_mask, document_positions, drop_full
+from bertzoo.nn.unpad import Packing, tracing
+
+# `unpad: auto` packs a batch when at least this share of its positions is padding: below it, gathering and
+# scattering cost about what the skipped padding saves (benchmarks/finetune_throughput.py, docs/performance.md).
+AUTO_UNPAD_PADDING = 0.2
 
 
 @dataclass
@@ -99,6 +105,7 @@ class Encoder(nn.Module):
         task_type_ids: torch.Tensor | None = None,
         pool: bool = True,
         cache: KVCache | None = None,
+        document_ids: torch.Tensor | None = None,
     ) -> EncoderOutput:
         """input_ids: (batch, seq). attention_mask: (batch, seq) padding mask, or a 3-D/4-D boolean
         mask (True = may attend) for custom attention patterns; a causal model also hides each query's
@@ -113,7 +120,10 @@ class Encoder(nn.Module):
 
         `cache` (a `bertzoo.nn.KVCache`, incremental decoding, see bertzoo.models.generation): input_ids are the
         positions after the cached ones; attention_mask then covers cached + new positions, and
-        position ids default to continuing from the cache."""
+        position ids default to continuing from the cache.
+
+        `document_ids` (batch, seq): several documents packed into each row (contiguous, any ids); a token attends
+        only to its own document's tokens and positions restart at each document."""
         seq = input_ids.size(1)
         past = cache.length if cache is not None else 0
         if position_ids is None and past + seq > self.embeddings.max_position:
@@ -123,9 +133,25 @@ class Encoder(nn.Module):
             )
         if position_ids is None and past:
             position_ids = torch.arange(past, past + seq, device=input_ids.device)[None] + self.config.position_offset
+        mask = drop_full(to_attention_mask(attention_mask))  # (batch, 1, 1|seq, past + seq) bool, None: no padding
+        if document_ids is not None:
+            if position_ids is None:
+                position_ids = document_positions(document_ids) + self.config.position_offset
+            if attention_mask is None:
+                attention_mask = torch.ones_like(input_ids)
+        if (mask is not None or document_ids is not None) and self._unpads(
+            attention_mask, cache, output_attentions, documents=document_ids is not None
+        ):
+            packing = Packing.from_mask(attention_mask, self.config.unpad_attention, document_ids)
+            return self._unpadded(
+                packing, input_ids, token_type_ids, position_ids, task_type_ids, output_hidden_states, top_queries, pool
+            )
         x = self.embeddings(input_ids, token_type_ids, position_ids, task_type_ids)  # (batch, seq, hidden)
-        mask = to_attention_mask(attention_mask)  # (batch, 1, 1|seq, past + seq) bool
-        if self.config.causal and (mask is not None or seq > 1):
+        if document_ids is not None:
+            mask = document_mask(document_ids, attention_mask)  # (batch, 1, seq, seq): block-diagonal
+        if self.config.causal and mask is None and past == 0 and top_queries is None:
+            mask = CAUSAL  # SDPA's is_causal: no mask tensor, its fused kernels
+        elif self.config.causal and (mask is not None or seq > 1):
             # (One new query with no padding sees every cached key: no mask at all, SDPA's fastest path.)
             mask = causal_attention_mask(mask, seq, input_ids.device, past)  # (batch|1, 1, seq, past + seq)
         extra = {} if self.relative_bias is None else {"bias": self.relative_bias(seq, past=past)}
@@ -151,6 +177,78 @@ class Encoder(nn.Module):
             pooler_output=pooled,
             hidden_states=tuple(hidden_states) if hidden_states is not None else None,
             attentions=tuple(attentions) if attentions is not None else None,
+        )
+
+    def _unpads(
+        self,
+        attention_mask: torch.Tensor | None,
+        cache: KVCache | None,
+        output_attentions: bool | str,
+        *,
+        documents: bool = False,
+    ) -> bool:
+        """Whether this batch runs unpadded: a 2-D padding mask with padding in it, a bidirectional stack with
+        absolute positions (relative terms and causal decoding keep the padded path), no attention maps asked
+        for, and not under tracing or compilation."""
+        c = self.config
+        if (
+            c.unpad is False
+            or attention_mask is None
+            or attention_mask.dim() != 2
+            or attention_mask.is_floating_point()
+        ):
+            return False
+        if c.causal or self.relative_bias is not None or cache is not None or output_attentions or tracing():
+            return False
+        if c.unpad == "auto" and not documents:  # packed documents: the padded path needs a (seq, seq) mask
+            padding = 1.0 - float(attention_mask.bool().float().mean())
+            return padding >= AUTO_UNPAD_PADDING
+        return True
+
+    def _unpadded(
+        self,
+        packing: Packing,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None,
+        position_ids: torch.Tensor | None,
+        task_type_ids: torch.Tensor | None,
+        output_hidden_states: bool,
+        top_queries: int | None,
+        pool: bool,
+    ) -> EncoderOutput:
+        """The forward pass over the batch's real tokens only, packed into (tokens, hidden); the outputs are
+        scattered back to (batch, seq, hidden), zeros at the padding."""
+        if position_ids is None:
+            position_ids = torch.arange(input_ids.size(1), device=input_ids.device)[None] + self.config.position_offset
+        position_ids = position_ids.expand_as(input_ids)
+
+        def pack(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else packing.pack(t.expand_as(input_ids))[None]  # (1, tokens)
+
+        ids = (pack(input_ids), pack(token_type_ids), pack(position_ids), pack(task_type_ids))
+        x = self.embeddings(*ids)[0]  # (tokens, hidden)
+        # [CLS]-only top layer (top_queries=1): the packed stack returns each sequence's first token, (batch, hidden).
+        # Rows must start with a real token ([CLS] at position 0, right padding) and hold one sequence each.
+        first = top_queries == 1 and not output_hidden_states and len(packing.lengths) == packing.batch
+        first = first and min(packing.lengths) > 0 and packing.starts_rows()
+        x, hidden_states, _ = self.stack(
+            x, packing, output_hidden_states=output_hidden_states, top_queries=1 if first else None
+        )
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+            if self.final_dropout is not None:
+                x = self.final_dropout(x)
+            if hidden_states is not None:
+                hidden_states[-1] = x
+        if first and x.size(0) == packing.batch:
+            last = x[:, None]  # (batch, 1, hidden)
+        else:
+            last = packing.unpack(x)
+        pooled = self.pooler(last) if self.pooler is not None and pool else None
+        return EncoderOutput(
+            last_hidden_state=last if top_queries is None else last[:, :top_queries],
+            pooler_output=pooled,
+            hidden_states=tuple(packing.unpack(h) for h in hidden_states) if hidden_states is not None else None,
         )
 
     def num_parameters(self, exclude_embeddings: bool = False) -> int:

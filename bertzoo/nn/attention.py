@@ -14,13 +14,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertzoo.nn.kv_cache import LayerCache
+from bertzoo.nn.masks import Causal, causal_mask
+from bertzoo.nn.unpad import Packing
 
 
 def attend(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    mask: torch.Tensor | None = None,
+    mask: torch.Tensor | Causal | None = None,
     bias: torch.Tensor | None = None,
     dropout_p: float = 0.0,
     need_weights: bool | str = False,
@@ -29,13 +31,21 @@ def attend(
     """Scaled dot-product attention.
 
     q: (batch, heads, query, head_dim); k, v: (batch, heads, key, head_dim).
-    mask: bool, broadcastable to (batch, heads, query, key), True = attend.
+    mask: bool, broadcastable to (batch, heads, query, key), True = attend; `CAUSAL` (bertzoo.nn.masks) for a
+    purely causal pattern, which SDPA runs with `is_causal=True` and no mask tensor. None (no mask) is what
+    lets SDPA take its fused kernels (flash on CUDA, the CPU flash kernel): callers pass None, not an all-True
+    mask, when nothing is hidden.
     bias: additive scores (e.g. relative positions), broadcastable the same way.
     Returns the context (batch, heads, query, head_dim) and, if asked, the probabilities
     (`need_weights=True`) or the scores before the softmax and before any mask (`need_weights="scores"`:
     q.k / sqrt(d) + bias, what TinyBERT distils; masked positions are the caller's to ignore).
     `scale` multiplies q.k: None is 1 / sqrt(head_dim); T5 passes 1.0 (its initialisation holds the scaling).
     """
+    if isinstance(mask, Causal):
+        if bias is None and not need_weights and q.size(-2) == k.size(-2):
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
+            return out, None
+        mask = causal_mask(q.size(-2), k.size(-2), device=q.device)
     if bias is not None:
         # SDPA takes one additive mask: fold the boolean mask into the bias.
         bias = bias.to(q.dtype)
@@ -88,16 +98,19 @@ class SelfAttention(nn.Module):
     def forward(
         self,
         x: torch.Tensor,
-        mask: torch.Tensor | None = None,
+        mask: torch.Tensor | Causal | Packing | None = None,
         bias: torch.Tensor | None = None,
         memory: torch.Tensor | None = None,
         need_weights: bool | str = False,
         kv: LayerCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x: (batch, seq, hidden). `memory` (batch, mem, hidden) is prepended to the keys and values
+        """x: (batch, seq, hidden), or (tokens, hidden) when `mask` is a `Packing` (unpadded execution: each
+        sequence attends to its own tokens). `memory` (batch, mem, hidden) is prepended to the keys and values
         (Transformer-XL recurrence); it is used as is, so detach it upstream if gradients must stop.
         `kv`: incremental decoding; x holds the new positions only, their keys and values are appended
         to the cache and the queries read every cached position (the mask is (.., seq, past + seq))."""
+        if isinstance(mask, Packing):
+            return self._packed(x, mask), None
         b, s, _ = x.shape
         if memory is None:
             qkv = self.qkv(x).view(b, s, 3, self.num_heads, self.head_dim)
@@ -113,6 +126,13 @@ class SelfAttention(nn.Module):
         ctx, probs = attend(q, k, v, mask, bias, dropout, need_weights, self.scale)
         ctx = ctx.transpose(1, 2).reshape(b, s, -1)  # (batch, seq, inner)
         return self.out(ctx), probs
+
+    def _packed(self, x: torch.Tensor, packing: Packing) -> torch.Tensor:
+        """Self-attention over packed tokens x (tokens, hidden)."""
+        q, k, v = self.qkv(x).view(x.size(0), 3, self.num_heads, self.head_dim).unbind(1)  # (tokens, heads, dim)
+        dropout = self.dropout if self.training else 0.0
+        ctx = packing.attend(q, k, v, dropout, self.scale)  # (tokens | queries, heads, dim)
+        return self.out(ctx.reshape(ctx.size(0), -1))
 
 
 class CrossAttention(nn.Module):

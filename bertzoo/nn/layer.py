@@ -13,6 +13,7 @@ from bertzoo.nn.attention import CrossAttention, SelfAttention
 from bertzoo.nn.ffn import FeedForward
 from bertzoo.nn.kv_cache import LayerCache
 from bertzoo.nn.norm import build_norm
+from bertzoo.nn.unpad import Packing
 
 
 @dataclass
@@ -102,6 +103,8 @@ class TransformerLayer(nn.Module):
         key/value cache (incremental decoding)."""
         r = self.attention_residual
         y, probs = self.attention(r.inner(x), mask, bias, memory, need_weights, kv)
+        if isinstance(mask, Packing) and mask.queries is not None:
+            x = x.index_select(0, mask.queries)  # packed tokens, only some of which ask: the rest end here
         x = r.outer(x, y)
         cross_probs = None
         if self.cross is not None and (context is not None or (kv is not None and kv.cross is not None)):

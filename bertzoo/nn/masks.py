@@ -9,6 +9,50 @@ from __future__ import annotations
 
 import torch
 
+from bertzoo.nn.unpad import tracing
+
+
+class Causal:
+    """A purely causal mask (each query sees itself and the keys before it) left unmaterialised: attention
+    hands it to SDPA as `is_causal=True`, with no mask tensor, which keeps its fused kernels."""
+
+    def __repr__(self) -> str:
+        return "CAUSAL"
+
+
+CAUSAL = Causal()
+
+
+def drop_full(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """None when a boolean `mask` hides nothing (no sequence has padding): SDPA runs its fused kernels only
+    without a mask tensor. Checked once per forward pass, not per layer (it reads one flag on the host); under
+    tracing or compilation the mask is kept, so the graph holds for any batch."""
+    if mask is None or mask.dtype != torch.bool or tracing() or not bool(mask.all()):
+        return mask
+    return None
+
+
+def document_positions(document_ids: torch.Tensor) -> torch.Tensor:
+    """(batch, seq) document id of each token (documents contiguous within a row) -> each token's position
+    inside its own document: positions restart at 0 where the id changes."""
+    pos = torch.arange(document_ids.size(1), device=document_ids.device).expand_as(document_ids)
+    starts = torch.ones_like(document_ids, dtype=torch.bool)
+    starts[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
+    first = torch.where(starts, pos, torch.zeros_like(pos)).cummax(dim=1).values  # where this token's document starts
+    return pos - first
+
+
+def document_mask(document_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """Block-diagonal attention of packed documents: (batch, seq) ids and padding mask -> (batch, 1, seq, seq) bool,
+    a real query sees the real keys of its own document. A padded query sees only itself (an all-False row would
+    make SDPA return NaN, see `seq2seq_mask`)."""
+    same = document_ids[:, :, None] == document_ids[:, None, :]  # (batch, query, key)
+    if attention_mask is not None:
+        real = attention_mask.bool()
+        own = torch.eye(document_ids.size(1), dtype=torch.bool, device=document_ids.device)[None]
+        same = (same & real[:, None, :] & real[:, :, None]) | (own & ~real[:, :, None])
+    return same[:, None]
+
 
 def padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """(batch, key) 1/0 or bool -> (batch, 1, 1, key) bool."""

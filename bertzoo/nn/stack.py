@@ -10,6 +10,7 @@ from torch.utils.checkpoint import checkpoint
 
 from bertzoo.nn.kv_cache import KVCache
 from bertzoo.nn.layer import LayerOutput, TransformerLayer
+from bertzoo.nn.unpad import Packing
 
 
 class TransformerStack(nn.Module):
@@ -72,6 +73,8 @@ class TransformerStack(nn.Module):
             layer = self.layer(i)
             if top_queries is not None and i == self.num_layers - 1 and cache is None:
                 if self._can_skip_queries(layer, layer_kwargs, output_hidden_states or output_attentions):
+                    if isinstance(mask, Packing):  # packed tokens: each sequence's first one (top_queries=1)
+                        return self._call(layer, x, mask.first_only()), hidden_states, attentions
                     return self._top_prefix(layer, x, mask, top_queries), hidden_states, attentions
             if cache is not None:
                 out: LayerOutput = layer(x, mask, need_weights=output_attentions, kv=cache.layer(i), **layer_kwargs)
@@ -91,6 +94,12 @@ class TransformerStack(nn.Module):
         if top_queries is not None:
             x = x[:, :top_queries]
         return x, hidden_states, attentions
+
+    def _call(self, layer: TransformerLayer, x: torch.Tensor, mask: object) -> torch.Tensor:
+        """One layer's hidden output, checkpointed when activation checkpointing is on."""
+        if self.gradient_checkpointing and self.training:
+            return checkpoint(layer, x, mask, use_reentrant=False).hidden
+        return layer(x, mask).hidden
 
     @staticmethod
     def _can_skip_queries(layer: TransformerLayer, layer_kwargs: dict, want_all: bool) -> bool:

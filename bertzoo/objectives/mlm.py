@@ -110,6 +110,9 @@ class MaskedLM(nn.Module):
         (batch, seq) padding mask that token counts read."""
         task = batch.extra.get("task_type_ids") if self.encoder.embeddings.task_type is not None else None
         pattern = batch.extra.get("attention_pattern")
+        # Packed documents kept apart (data.document_boundaries); only passed when present, so encoders without
+        # the argument (ERNIE-THU's) are called as before.
+        docs = batch.extra.get("document_ids")
         # The pooler only feeds the sentence-pair head; MLM-only objectives leave it out of the graph.
         return self.encoder(
             batch.input_ids,
@@ -117,6 +120,7 @@ class MaskedLM(nn.Module):
             batch.token_type_ids,
             task_type_ids=task,
             pool=self.nsp_head is not None,
+            **({} if docs is None else {"document_ids": docs}),
         )
 
     def mlm_loss(

@@ -153,7 +153,7 @@ def test_single_label_trains_evaluates_predicts(tok, tmp_path):
     model = task.build(tiny_encoder(tok.vocab_size))
     assert model.head_config["labels"] == ["neg", "pos"] and model.head_config["task"] == "classification"
     ds = task.featurize(examples, "train")
-    losses = train_steps(task, model, ds, steps=40)
+    losses = train_steps(task, model, ds, steps=100)
     assert fell(losses), losses
     dev_ex = task.load("dev")
     result = task.evaluate(model, dev_ex, task.featurize(dev_ex, "dev"))
@@ -189,7 +189,7 @@ def test_multi_label(tok):
     ds = task.featurize(examples, "train")
     assert ds[0]["label"].dtype == np.float32 and ds[0]["label"].shape == (2,)
     model = task.build(tiny_encoder(tok.vocab_size))
-    losses = train_steps(task, model, ds, steps=40)
+    losses = train_steps(task, model, ds, steps=80)
     assert fell(losses), losses
     result = task.evaluate(model, examples, ds)
     assert set(result.metrics) >= {"micro_f1", "macro_f1", "exact_match", "loss"}

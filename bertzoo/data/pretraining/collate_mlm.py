@@ -155,6 +155,10 @@ class PretrainingCollator:
             batch.token_type_ids = torch.from_numpy(types)
         else:
             batch.token_type_ids = torch.zeros_like(batch.input_ids)
+        if "document_ids" in examples[0]:
+            # Padding gets id 0; the attention mask leaves it out whatever its id.
+            docs, _ = pad_batch([e["document_ids"] for e in examples], 0, self.pad_to_multiple_of)
+            batch.extra["document_ids"] = torch.from_numpy(docs)
         if "next_sentence_label" in examples[0]:
             nsp = np.fromiter((int(e["next_sentence_label"]) for e in examples), dtype=np.int64, count=len(examples))
             batch.next_sentence_label = torch.from_numpy(nsp)

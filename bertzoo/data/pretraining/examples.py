@@ -233,8 +233,10 @@ class FullSentencesDataset(NspDataset):
         *,
         seed: int,
         short_seq_prob: float = 0.0,
+        document_boundaries: bool = False,
     ) -> None:
         self._doc_starts = _doc_token_starts(corpus)
+        self.document_boundaries = document_boundaries
         super().__init__(corpus, tokenizer_ids, max_seq_len, seed=seed, short_seq_prob=short_seq_prob, nsp=False)
 
     def _build(self, epoch: int) -> EpochPlan:
@@ -260,7 +262,14 @@ class FullSentencesDataset(NspDataset):
         ids = np.empty(len(body) + 2, dtype=np.int64)
         ids[0], ids[-1] = self.cls_id, self.sep_id
         ids[1:-1] = body
-        return {"input_ids": ids, "token_type_ids": np.zeros(len(ids), np.int64), "index": i, "epoch": self.epoch}
+        example = {"input_ids": ids, "token_type_ids": np.zeros(len(ids), np.int64), "index": i, "epoch": self.epoch}
+        if self.document_boundaries:
+            # Document k runs up to and including its closing separator; <s> belongs to the first document.
+            closing = self._doc_starts[lo:hi] - sa + np.arange(hi - lo) + 1  # index of each inner separator in ids
+            doc = np.zeros(len(ids), np.int64)
+            doc[closing + 1] = 1
+            example["document_ids"] = np.cumsum(doc)
+        return example
 
 
 class DocSentencesDataset(NspDataset):
@@ -308,12 +317,19 @@ def pretraining_dataset(
     elif input_format == "sentence_order":
         ds = SopDataset(corpus, tokenizer, data.max_seq_len, swap_prob=data.nsp_random_prob, **common)
     elif input_format == "full_sentences":
-        ds = FullSentencesDataset(corpus, tokenizer, data.max_seq_len, **common)
+        ds = FullSentencesDataset(
+            corpus, tokenizer, data.max_seq_len, document_boundaries=data.document_boundaries, **common
+        )
     elif input_format in ("doc_sentences", "single"):
         ds = DocSentencesDataset(corpus, tokenizer, data.max_seq_len, **common)
     else:
         raise ConfigError(
             f"data.input_format={input_format!r} is not an input format; choose one of: {', '.join(INPUT_FORMATS)}"
+        )
+    if data.document_boundaries and input_format != "full_sentences":
+        raise ConfigError(
+            f"data.document_boundaries applies to data.input_format=full_sentences, not {input_format!r}; "
+            "drop it or switch the input format"
         )
     if data.tokens_per_batch < 0:
         raise ConfigError(f"data.tokens_per_batch must be >= 0, got {data.tokens_per_batch}")
