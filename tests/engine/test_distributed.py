@@ -19,29 +19,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from helpers.distributed import assert_same_weights, losses, pretrain_args
 from helpers.loop import free_port
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="gloo multi-process test runs on Linux")
 
 
 def run(shards, out, *, nproc: int, batch: int, extra=(), dropout: bool = False):
-    no_dropout = () if dropout else ("--model.dropout", "0", "--model.attention_dropout", "0")
-    args = [
-        "configs/pretrain/bert-tiny-smoke.yaml",
-        "--data.shards", str(shards),
-        "--data.max_seq_len", "48",
-        *no_dropout,
-        "--train.max_steps", "8",
-        "--train.warmup_steps", "2",
-        "--train.log_every", "1",
-        "--train.save_every", "4",
-        "--train.threads", "1",
-        "--train.precision", "fp32",  # equivalence at fp32 tolerances; `auto` may pick bf16
-        "--train.device", "cpu",  # gloo on the CPU, also on a machine with one GPU (two ranks, one device)
-        "--train.batch_size", str(batch),
-        "--train.output_dir", str(out),
-        *extra,
-    ]  # fmt: skip
+    args = pretrain_args(shards, out, batch=batch, extra=extra, dropout=dropout)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
     if nproc == 1:
         cmd = [sys.executable, "-m", "bertzoo", "pretrain", *args]
@@ -51,23 +36,6 @@ def run(shards, out, *, nproc: int, batch: int, extra=(), dropout: bool = False)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
-
-
-def losses(out) -> list[float]:
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return [r["loss"] for r in rows if "loss" in r]
-
-
-def assert_same_weights(run_a, run_b) -> None:
-    """Final weights of two runs agree to float-summation noise, and training did move them."""
-    start = load_file(run_a / "checkpoints" / "step-00000004" / "model.safetensors")
-    a = load_file(run_a / "final" / "model.safetensors")
-    b = load_file(run_b / "final" / "model.safetensors")
-    assert a.keys() == b.keys()
-    moved = max(float((a[k] - start[k]).abs().max()) for k in a)
-    gap = max(float((a[k] - b[k]).abs().max()) for k in a)
-    assert moved > 1e-3
-    assert gap < 1e-5, (gap, moved)
 
 
 FSDP = ("--train.distributed", "fsdp")
