@@ -63,7 +63,8 @@ def test_two_processes_match_one_with_double_batch(runs):
 
 
 def resume_from(runs, source: str, synthetic_shards, out, *, nproc: int, batch: int, extra=()) -> None:
-    """Continue run `source` from its step-4 checkpoint in `out` and check it ends as the 1-process run."""
+    """Continue run `source` (under `runs`, or an absolute path) from its step-4 checkpoint in `out` and check it ends
+    as the 1-process run."""
     (out / "checkpoints").mkdir(parents=True)
     shutil.copytree(runs / source / "checkpoints" / "step-00000004", out / "checkpoints" / "step-00000004")
     shutil.copy(runs / source / "metrics.jsonl", out / "metrics.jsonl")
@@ -114,6 +115,19 @@ def test_a_continued_run_under_fsdp_matches_one_process(runs, synthetic_shards, 
     assert_same_weights(tmp_path / "one", tmp_path / "fsdp")
     start = json.loads((tmp_path / "fsdp" / "run_config.json").read_text())["start"]
     assert start["checkpoint"] == init[1] and start["loaded"] and start["fresh"] == []
+
+
+def test_unpadded_ddp_and_fsdp_runs_follow_the_padded_one_process_run(runs, synthetic_shards, tmp_path):
+    """The packed path (`model.unpad true`) keeps the loss normalisation over ranks and accumulation: its DDP and
+    FSDP runs reach the padded one-process run's curve and weights, and the FSDP run resumes exactly."""
+    unpad = ("--model.unpad", "true")
+    run(synthetic_shards, tmp_path / "ddp", nproc=2, batch=4, extra=unpad)
+    fsdp = (*unpad, *FSDP, "--train.global_batch_size", "8")
+    run(synthetic_shards, tmp_path / "fsdp", nproc=2, batch=2, extra=fsdp)
+    for name in ("ddp", "fsdp"):
+        assert losses(tmp_path / name) == pytest.approx(losses(runs / "one"), rel=1e-5), name
+        assert_same_weights(runs / "one", tmp_path / name)
+    resume_from(runs, str(tmp_path / "fsdp"), synthetic_shards, tmp_path / "resumed", nproc=2, batch=2, extra=fsdp)
 
 
 def test_global_batch_size_must_divide(synthetic_shards, tmp_path):
