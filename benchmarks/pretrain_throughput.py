@@ -30,7 +30,7 @@ import time
 import torch
 from flops import counted_flops, utilisation_from
 from profiling import add_profile_arg, profile_sides
-from timing import autocast, device_arg, resolve_device, sync, training_adamw
+from timing import autocast, device_arg, peak_memory_gib, resolve_device, sync, training_adamw
 
 from bertzoo.batch import IGNORE_INDEX, Batch
 from bertzoo.interop.convert import config_to_hf, state_to_hf
@@ -196,6 +196,12 @@ def main() -> None:
         results[f"{prec}_transformers_tokens_per_s"] = round(tps["transformers"], 1)
         results.update({f"{prec}_{k}": v for k, v in usage.items()})
         results[f"{prec}_ratio"] = round(ratio, 3)
+        for name, fn in fns.items():  # one more step of each side, its peak memory measured alone
+            with autocast(device, amp):
+                peak = peak_memory_gib(lambda fn=fn: fn(batches[0]), device)
+            if peak is not None:
+                results[f"{prec}_{name}_peak_memory_gib"] = round(peak, 2)
+                print(f"[{prec}] {name} peak memory {peak:.2f} GiB")
         if args.profile:  # where each side's step spends its time
             shares = profile_sides({name: lambda fn=fn: fn(batches[0]) for name, fn in fns.items()}, device, amp)
             results.update({f"{prec}_{k}": v for k, v in shares.items()})

@@ -51,6 +51,18 @@ def alternate(fns: dict[str, Callable[[], object]], repeats: int, device: torch.
     return times
 
 
+def peak_memory_gib(fn: Callable[[], object], device: torch.device) -> float | None:
+    """Peak device memory (GiB) allocated while `fn` runs once, on CUDA; None on the CPU, where torch keeps no
+    per-allocation account (the process's resident size would mix both sides)."""
+    if device.type != "cuda":
+        return None
+    sync(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    fn()
+    sync(device)
+    return torch.cuda.max_memory_allocated(device) / 2**30
+
+
 def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
     """torch.autocast on the device's type at `dtype`, or a no-op context when `dtype` is None (fp32)."""
     return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
