@@ -24,6 +24,7 @@ def add_parser(sub) -> None:
     em.add_argument("--batch-size", type=positive_int, default=64, help="texts per batch (sorted by length)")
     em.add_argument("--max-length", type=int_range(3), default=128, help="tokens per text, [CLS] and [SEP] included")
     em.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    em.add_argument("--int8", action="store_true", help="int8 linear layers (dynamic quantization; CPU only)")
     em.set_defaults(run=run)
 
 
@@ -40,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
         pooling=args.pooling,
         normalize=args.normalize,
         device=args.device,
+        int8=args.int8,
     )
     print(f"wrote {count} vector(s) of {width} -> {args.output}", file=sys.stderr)
     return 0

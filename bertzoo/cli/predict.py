@@ -15,12 +15,15 @@ def add_parser(sub) -> None:
     pr.add_argument("--output", "-o", required=True, help="JSONL file to write, one prediction per line")
     pr.add_argument("--batch-size", type=positive_int, default=64, help="examples per inference batch")
     pr.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    pr.add_argument("--int8", action="store_true", help="int8 linear layers (dynamic quantization; CPU only)")
     pr.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from bertzoo.train.evaluate import predict_file
 
-    n = predict_file(args.model, args.input, args.output, batch_size=args.batch_size, device=args.device)
+    n = predict_file(
+        args.model, args.input, args.output, batch_size=args.batch_size, device=args.device, int8=args.int8
+    )
     print(f"wrote {n} prediction(s) -> {args.output}", file=sys.stderr)
     return 0

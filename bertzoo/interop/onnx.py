@@ -29,7 +29,7 @@ class _EncoderForExport(nn.Module):
         return out.last_hidden_state, pooled
 
 
-def _sample_inputs(vocab_size: int, batch: int, seq: int, seed: int) -> dict[str, torch.Tensor]:
+def sample_inputs(vocab_size: int, batch: int, seq: int, seed: int) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab_size, (batch, seq), generator=g)
     mask = torch.ones_like(ids)
@@ -52,7 +52,7 @@ def export_onnx(encoder: nn.Module, path: str | Path, *, verify: bool = True, at
     path.parent.mkdir(parents=True, exist_ok=True)
     wrapped = _EncoderForExport(encoder).eval()
     vocab = encoder.config.vocab_size
-    example = _sample_inputs(vocab, 2, 16, seed=0)
+    example = sample_inputs(vocab, 2, 16, seed=0)
     dims = {
         name: {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq", max=encoder.config.max_position)}
         for name in INPUTS
@@ -81,7 +81,7 @@ def verify_onnx(wrapped: nn.Module, path: Path, vocab_size: int, atol: float = 1
         import onnxruntime as ort
     except ImportError:
         return {"verified": False, "verify_skipped": "onnxruntime is not installed"}
-    inputs = _sample_inputs(vocab_size, 3, 23, seed=1)
+    inputs = sample_inputs(vocab_size, 3, 23, seed=1)
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     got = session.run(None, {k: v.numpy() for k, v in inputs.items()})
     with torch.no_grad():

@@ -118,9 +118,11 @@ def embed_file(
     pooling: Pooling = "mean",
     normalize: bool = False,
     device: str = "auto",
+    int8: bool = False,
 ) -> tuple[int, int]:
     """`bertzoo embed`: the sentence vectors of every text in `input_path`, in input order, written atomically to
-    `output_path` as a float32 .npy array (texts x width). Returns (texts, width)."""
+    `output_path` as a float32 .npy array (texts x width); `int8` quantizes the linear layers (CPU only, fp32
+    activations). Returns (texts, width)."""
     import bertzoo.io as io
     from bertzoo.data.tokens.tokenizer import Tokenizer
     from bertzoo.engine.devices import resolve_device
@@ -133,6 +135,10 @@ def embed_file(
     texts = read_texts(input_path, field)
     directory = resolve(model)
     encoder = load_encoder(directory).to(resolve_device(device))
+    if int8:
+        from bertzoo.interop.int8 import quantize_int8
+
+        encoder = quantize_int8(encoder)
     vectors = encode(
         encoder,
         Tokenizer.load(directory),
@@ -141,7 +147,7 @@ def embed_file(
         max_length=max_length,
         pooling=pooling,
         normalize=normalize,
-        precision="auto",
+        precision="fp32" if int8 else "auto",  # quantized linears take fp32 activations
         progress=True,
     )
 

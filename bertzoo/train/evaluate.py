@@ -97,16 +97,21 @@ def predict_file(
     chunk_size: int = 4096,
     device: str = "auto",
     overrides: dict[str, Any] | None = None,
+    int8: bool = False,
 ) -> int:
     """Batch inference: one JSON object per input line in, one prediction object per line out (same
     order; an input `id` is carried over). Inputs use the training data's field names (e.g. `text`,
     or the configured data.text_column). Runs in chunks, so memory stays bounded for any file size,
     and writes the output atomically. `overrides` update the saved config (e.g. {"generation": {...}}).
-    Returns the number of predictions."""
+    `int8`: the linear layers dynamically quantized (CPU only). Returns the number of predictions."""
     if batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {batch_size}")
     task, model, _ = load_finetuned(model_dir, {**(overrides or {}), "train": {"eval_batch_size": batch_size}})
     model = to_device(model, device)
+    if int8:
+        from bertzoo.interop.int8 import quantize_int8
+
+        model = quantize_int8(model)
     d = task.cfg.data
     renames = {d.text_column: "text", d.text_pair_column: "text_pair"} if task.cfg.task == "classification" else {}
     renames = {src: dst for src, dst in renames.items() if src and src != dst}
