@@ -19,6 +19,7 @@ def add_parser(sub) -> None:
     ev.add_argument("--out", "-o", default=None, help="write the report (metrics + tables) as JSON here")
     ev.add_argument("--batch-size", type=positive_int, default=None, help="examples per inference batch")
     ev.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    ev.add_argument("--int8", action="store_true", help="int8 linear layers (dynamic quantization; CPU only)")
     ev.set_defaults(run=run)
 
 
@@ -39,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from bertzoo.train.evaluate import evaluate_model
 
     result, cfg = evaluate_model(
-        args.model, split=args.split, data=args.data, batch_size=args.batch_size, device=args.device
+        args.model, split=args.split, data=args.data, batch_size=args.batch_size, device=args.device, int8=args.int8
     )
     print_report(result.metrics, result.report)
     if args.out:

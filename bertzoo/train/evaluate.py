@@ -25,6 +25,15 @@ def to_device(model: nn.Module, device: str) -> nn.Module:
     return model.to(resolve_device(device))
 
 
+def _int8(model: nn.Module, int8: bool) -> nn.Module:
+    """`model`, or its copy with int8 linear layers (`bertzoo.interop.int8`)."""
+    if not int8:
+        return model
+    from bertzoo.interop.int8 import quantize_int8
+
+    return quantize_int8(model)
+
+
 def evaluate_model(
     model_dir: str | Path,
     *,
@@ -32,9 +41,11 @@ def evaluate_model(
     data: str | None = None,
     batch_size: int | None = None,
     device: str = "auto",
+    int8: bool = False,
 ):
     """Score a fine-tuned model on a split of its own configured data (`split`, default test) or on a
-    labelled file (`data`, read like the training data). Returns (EvalResult, FinetuneConfig)."""
+    labelled file (`data`, read like the training data); `int8` quantizes its linear layers first (CPU only).
+    Returns (EvalResult, FinetuneConfig)."""
     overrides: dict[str, Any] = {}
     if data:
         _refuse_file_for_mixture(model_dir)
@@ -50,7 +61,7 @@ def evaluate_model(
     task, model, _ = load_finetuned(model_dir, overrides)
     if not has_split(task.cfg, split):
         raise ConfigError(f"{model_dir} was fine-tuned without {split} data; pass a labelled file with --data FILE")
-    model = to_device(model, device)
+    model = _int8(to_device(model, device), int8)
     examples = task.load(split)
     if not examples:
         raise DataError(f"the {split} data holds no examples")
@@ -107,11 +118,7 @@ def predict_file(
     if batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {batch_size}")
     task, model, _ = load_finetuned(model_dir, {**(overrides or {}), "train": {"eval_batch_size": batch_size}})
-    model = to_device(model, device)
-    if int8:
-        from bertzoo.interop.int8 import quantize_int8
-
-        model = quantize_int8(model)
+    model = _int8(to_device(model, device), int8)
     d = task.cfg.data
     renames = {d.text_column: "text", d.text_pair_column: "text_pair"} if task.cfg.task == "classification" else {}
     renames = {src: dst for src, dst in renames.items() if src and src != dst}
