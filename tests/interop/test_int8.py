@@ -1,5 +1,5 @@
 """int8 inference (`bertzoo.interop.int8`): dynamic quantization replaces every linear layer and stays close to
-fp32, `predict --int8` and `embed --int8` run it from the command line, and `export --onnx --int8` writes a
+fp32, `predict`, `evaluate` and `embed --int8` run it from the command line, and `export --onnx --int8` writes a
 smaller ONNX graph that onnxruntime runs close to PyTorch."""
 
 from __future__ import annotations
@@ -63,6 +63,10 @@ def test_predict_and_embed_take_int8(tmp_path, capsys):
     assert [r["label"] for r in outs["int8"]] == [r["label"] for r in outs["fp32"]]
     for a, b in zip(outs["int8"], outs["fp32"], strict=True):
         assert max(abs(a["probabilities"][k] - b["probabilities"][k]) for k in a["probabilities"]) < 0.05
+    for name, extra in (("fp32", []), ("int8", ["--int8"])):
+        assert main(["evaluate", str(model_dir), "--split", "test", "-o", str(tmp_path / f"{name}.json"), *extra]) == 0
+    scores = [json.loads((tmp_path / f"{n}.json").read_text())["metrics"]["accuracy"] for n in ("fp32", "int8")]
+    assert abs(scores[0] - scores[1]) <= 0.1  # the tiny test split: at most one example in ten flips
     a, b = np.load(tmp_path / "int8.npy"), np.load(tmp_path / "fp32.npy")
     cosine = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
     assert cosine.min() > 0.99
