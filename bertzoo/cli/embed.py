@@ -16,11 +16,17 @@ def add_parser(sub) -> None:
     em.add_argument("--field", default="text", help="JSONL field holding the text")
     em.add_argument(
         "--pooling",
-        choices=["mean", "cls", "pooler"],
-        default="mean",
-        help="mean over real tokens (sentence-transformers' default), the [CLS] state, or BERT's pooler",
+        choices=["auto", "mean", "cls", "last", "pooler"],
+        default="auto",
+        help="auto: what the model was fine-tuned for (task: embedding), else the mean over real tokens "
+        "(sentence-transformers' default); or the [CLS] state, the last real token, BERT's pooler",
     )
-    em.add_argument("--normalize", action="store_true", help="scale every vector to unit length (cosine = dot)")
+    em.add_argument(
+        "--normalize",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="scale every vector to unit length (cosine = dot); default: as the model was fine-tuned, else off",
+    )
     em.add_argument("--batch-size", type=positive_int, default=64, help="texts per batch (sorted by length)")
     em.add_argument("--max-length", type=int_range(3), default=128, help="tokens per text, [CLS] and [SEP] included")
     em.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")

@@ -222,7 +222,7 @@ class GenerationConfig:
             raise ConfigError("generation token ids must be >= 0")
 
 
-TaskName = Literal["classification", "token_classification", "qa", "multiple_choice", "seq2seq"]
+TaskName = Literal["classification", "token_classification", "qa", "multiple_choice", "seq2seq", "embedding"]
 Problem = Literal["single_label", "multi_label", "regression"]
 
 
@@ -311,6 +311,18 @@ class TechniqueConfig:
 
 
 @dataclass
+class EmbeddingConfig:
+    """Contrastive fine-tuning of a bi-encoder (task: embedding): how the two sides are scored and trained."""
+
+    # auto: cosent for scored pairs (STS), mnrl (in-batch negatives, plus each example's hard negative) otherwise.
+    loss: Literal["auto", "mnrl", "cosent"] = "auto"
+    scale: float = 20.0  # cosine x scale are the logits: 1 / temperature (sentence-transformers' 20)
+    normalize: bool = True  # the saved model gives unit vectors (cosine = dot product)
+    # mnrl: also pick each query out of the batch for its document (the loss averaged over both directions).
+    symmetric: bool = False
+
+
+@dataclass
 class FinetuneConfig:
     """A whole fine-tuning run, as read from `configs/finetune/*.yaml`."""
 
@@ -323,6 +335,7 @@ class FinetuneConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     technique: TechniqueConfig = field(default_factory=TechniqueConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)  # seq2seq: how eval decodes
+    embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)  # task: embedding
 
 
 @dataclass

@@ -18,6 +18,7 @@ from bertzoo.tasks.base import (
     resolve_pooling,
 )
 from bertzoo.tasks.classification import ClassificationTask
+from bertzoo.tasks.embedding import EmbeddingTask
 from bertzoo.tasks.multiple_choice import MultipleChoiceTask
 from bertzoo.tasks.qa import QATask
 from bertzoo.tasks.seq2seq import Seq2SeqTask
@@ -29,6 +30,7 @@ TASKS: dict[str, type[Task]] = {
     "multiple_choice": MultipleChoiceTask,
     "qa": QATask,
     "seq2seq": Seq2SeqTask,
+    "embedding": EmbeddingTask,
 }
 
 # Tasks whose head reads the pooled [CLS] vector alone (BERT's classifiers): an encoder saved without
@@ -61,6 +63,7 @@ __all__ = [
     "POOLED_TASKS",
     "TASKS",
     "ClassificationTask",
+    "EmbeddingTask",
     "EvalResult",
     "FeatureDataset",
     "MultipleChoiceTask",

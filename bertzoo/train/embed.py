@@ -22,7 +22,7 @@ from bertzoo.errors import ConfigError, DataError
 from bertzoo.nn.masks import masked_mean
 from bertzoo.precision import autocast_dtype, resolve_precision
 
-Pooling = Literal["cls", "mean", "pooler"]
+Pooling = Literal["cls", "mean", "pooler", "last"]
 
 
 def tokenize_sorted(tokenizer, texts: Sequence[str], max_length: int) -> tuple[list[list[int]], np.ndarray]:
@@ -47,9 +47,9 @@ def encode(
 ) -> np.ndarray:
     """Sentence vectors (len(texts), hidden) in the input order.
 
-    pooling: "mean" over real tokens (sentence-transformers style), "cls" (the [CLS] hidden state)
-    or "pooler" (tanh(W h_[CLS]), BERT's classifier input). precision "auto" picks bf16 only where the
-    device runs it natively (`bertzoo.precision`).
+    pooling: "mean" over real tokens (sentence-transformers style), "cls" (the [CLS] hidden state),
+    "last" (the last real token: a left-to-right model's) or "pooler" (tanh(W h_[CLS]), BERT's classifier
+    input). precision "auto" picks bf16 only where the device runs it natively (`bertzoo.precision`).
     """
     if pooling == "pooler" and getattr(encoder, "pooler", None) is None:
         raise ConfigError("pooling=pooler needs a model with a pooler, and this one has none; use mean or cls")
@@ -73,6 +73,8 @@ def encode(
                     vec = result.pooler_output
                 elif pooling == "cls":
                     vec = result.last_hidden_state[:, 0]
+                elif pooling == "last":
+                    vec = result.last_hidden_state[torch.arange(len(chunk)), mask.sum(-1) - 1]
                 else:
                     vec = masked_mean(result.last_hidden_state, mask)
                 out[chunk] = vec.float().cpu().numpy()
@@ -107,6 +109,18 @@ def read_texts(path: str | Path, field: str = "text") -> list[str]:
     return texts
 
 
+def saved_pooling(directory: str | Path) -> tuple[Pooling, bool]:
+    """(pooling, normalize) a model was fine-tuned for (task: embedding, recorded in its config.json), else
+    sentence-transformers' defaults for a plain encoder: the mean over real tokens, not normalised."""
+    from bertzoo.loading import read_config
+
+    raw, _, _ = read_config(directory)
+    head = raw.get("task")
+    if isinstance(head, dict) and head.get("task") == "embedding":
+        return head.get("pooling", "mean"), bool(head.get("normalize", False))
+    return "mean", False
+
+
 def embed_file(
     model: str | Path,
     input_path: str | Path,
@@ -115,14 +129,15 @@ def embed_file(
     field: str = "text",
     batch_size: int = 64,
     max_length: int = 128,
-    pooling: Pooling = "mean",
-    normalize: bool = False,
+    pooling: Pooling | Literal["auto"] = "auto",
+    normalize: bool | None = None,
     device: str = "auto",
     int8: bool = False,
 ) -> tuple[int, int]:
     """`bertzoo embed`: the sentence vectors of every text in `input_path`, in input order, written atomically to
     `output_path` as a float32 .npy array (texts x width); `int8` quantizes the linear layers (CPU only, fp32
-    activations). Returns (texts, width)."""
+    activations). Pooling "auto" and normalize None take what the model was fine-tuned for (`saved_pooling`).
+    Returns (texts, width)."""
     import bertzoo.io as io
     from bertzoo.data.tokens.tokenizer import Tokenizer
     from bertzoo.engine.devices import resolve_device
@@ -134,6 +149,9 @@ def embed_file(
         raise ConfigError(f"--batch-size must be >= 1 and --max-length >= 3, got {batch_size} and {max_length}")
     texts = read_texts(input_path, field)
     directory = resolve(model)
+    own_pooling, own_normalize = saved_pooling(directory)
+    pooling = own_pooling if pooling == "auto" else pooling
+    normalize = own_normalize if normalize is None else normalize
     encoder = load_encoder(directory).to(resolve_device(device))
     if int8:
         from bertzoo.interop.int8 import quantize_int8
@@ -157,3 +175,45 @@ def embed_file(
 
     io.replace_atomically(write, output_path)
     return vectors.shape
+
+
+def export_sentence_transformers(
+    model: str | Path,
+    output: str | Path,
+    *,
+    pooling: Pooling | Literal["auto"] = "auto",
+    normalize: bool | None = None,
+    max_length: int | None = None,
+    verify: bool = True,
+) -> dict[str, object]:
+    """`bertzoo export MODEL OUT --sentence-transformers`: the model's encoder as a sentence-transformers
+    directory, pooling and normalising as it was fine-tuned (`saved_pooling`) unless told otherwise. `verify`
+    loads the result with sentence-transformers and compares its vectors with `encode`'s on a few texts.
+    Returns what was written and the largest difference found."""
+    from bertzoo.data.tokens.tokenizer import Tokenizer
+    from bertzoo.interop.sentence_transformers import write_sentence_transformers
+    from bertzoo.loading import load_encoder, resolve
+
+    directory = resolve(model)
+    own_pooling, own_normalize = saved_pooling(directory)
+    pooling = own_pooling if pooling == "auto" else pooling
+    normalize = own_normalize if normalize is None else normalize
+    encoder = load_encoder(directory).eval()
+    tokenizer = Tokenizer.load(directory)
+    length = max_length or min(512, int(encoder.config.max_position))
+    path = write_sentence_transformers(
+        encoder, tokenizer, output, pooling=pooling, normalize=normalize, max_seq_length=length
+    )
+    info: dict[str, object] = {"path": str(path), "pooling": pooling, "normalize": normalize, "max_length": length}
+    if not verify:
+        return info
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        info["verify_skipped"] = "not verified: pip install sentence-transformers"
+        return info
+    texts = ["A short sentence.", "A longer sentence about the history of the Roman Empire and its roads.", "x"]
+    theirs = SentenceTransformer(str(path), device="cpu").encode(texts, convert_to_numpy=True, batch_size=8)
+    ours = encode(encoder, tokenizer, texts, max_length=length, pooling=pooling, normalize=normalize)
+    info["max_abs_diff"] = float(np.abs(np.asarray(theirs) - ours).max())
+    return info

@@ -67,7 +67,17 @@ def test_unknown_names():
         "wiki-titles",  # the seq2seq ones: tests/data/test_generation_data.py
         "wiki-descriptions",
         "wiki-topic-names",
+        "wiki-retrieval",
     }
+
+
+@needs_wiki
+def test_wiki_retrieval_pairs_each_short_description_with_its_lead_in_the_descriptions_split():
+    for split in ("train", "dev", "test"):
+        pairs = load_builtin_task("wiki-retrieval", split)
+        described = load_builtin_task("wiki-descriptions", split)
+        assert [(p["query"], p["positive"]) for p in pairs] == [(d["target"], d["text"]) for d in described]
+    assert 900 < len(load_builtin_task("wiki-retrieval", "dev")) < 1100
 
 
 @needs_wiki

@@ -406,6 +406,7 @@ NUMERIC_OPTIONS = [
     ("generate", ["model", "-i", "in.jsonl", "-o", "out.jsonl"], "--batch-size", 1, sys.maxsize),
     ("embed", ["model", "-i", "in.jsonl", "-o", "v.npy"], "--batch-size", 1, sys.maxsize),
     ("embed", ["model", "-i", "in.jsonl", "-o", "v.npy"], "--max-length", 3, sys.maxsize),
+    ("export", ["model", "out", "--sentence-transformers"], "--max-length", 3, sys.maxsize),
     ("attention", ["model", "--text", "x", "--out", "v.html"], "--layer", 0, sys.maxsize),
     ("attention", ["model", "--text", "x", "--out", "v.html"], "--head", 0, sys.maxsize),
     ("kg-embed", ["--kg", "nations", "--out", "kg"], "--dim", 1, sys.maxsize),

@@ -5,7 +5,8 @@ Labelled fine-tuning datasets (`load_builtin_task`, `BUILTIN_TASKS`; `data.datas
 builtin:NAME` in a fine-tuning config) reuse the same files: `wiki-topics` (topic classification),
 `peoples-daily-ner` (character-level Chinese NER) and `chinese-sentiment` (pos/neg reviews), and the
 sequence-to-sequence datasets `wiki-titles` (lead section -> article title), `wiki-descriptions` (lead
-section -> Wikipedia's short description) and `wiki-topic-names` (lead section -> topic name as text);
+section -> Wikipedia's short description) and `wiki-topic-names` (lead section -> topic name as text), and the
+retrieval pairs `wiki-retrieval` (short description -> lead section);
 each function's docstring states its fixed split rule.
 """
 
@@ -147,6 +148,20 @@ def _wiki_topic_name_examples() -> _Labelled:
     return _wiki_seq2seq_examples(lambda _, topic: topic)
 
 
+@functools.lru_cache(maxsize=1)
+def _wiki_retrieval_examples() -> _Labelled:
+    """wiki-descriptions' articles as retrieval pairs: the short description is the query, the lead section the
+    document it must find."""
+    descriptions = wiki_descriptions("en")
+    out = []
+    for title, text, _ in wiki_articles("en"):
+        query = descriptions.get(title, "")
+        if text and query:
+            example = {"query": query, "positive": text, "title": title, "source": f"wiki-en:{title}"}
+            out.append((wiki_split(title), example))
+    return tuple(out)
+
+
 # Sentence ends in the People's Daily text, and closing marks that stay with the sentence they end.
 _SENTENCE_END = frozenset("。！？")
 _CLOSING = frozenset("”’」』）》")
@@ -214,7 +229,7 @@ def _chinese_sentiment_examples() -> _Labelled:
 class BuiltinTask(NamedTuple):
     """A built-in labelled dataset: the fine-tuning task that reads it and its examples with splits."""
 
-    task: str  # "classification", "token_classification" or "seq2seq"
+    task: str  # "classification", "token_classification", "seq2seq" or "embedding"
     # The full label set, sorted; for seq2seq the closed set of targets, or [] when targets are free text.
     labels: Callable[[], list[str]]
     examples: Callable[[], _Labelled]
@@ -263,12 +278,19 @@ BUILTIN_TASKS: dict[str, BuiltinTask] = {
         "English Wikipedia lead sections -> the topic name as text (text-to-text classification, as T5); "
         "exactly wiki-topics' examples and split, so exact match is comparable to its accuracy",
     ),
+    "wiki-retrieval": BuiltinTask(
+        "embedding",
+        list,
+        _wiki_retrieval_examples,
+        "English Wikipedia: the short description ('Species of tree') is the query and the article's lead "
+        "section the document to find among all the split's leads; wiki-descriptions' articles and split",
+    ),
 }
 
 
 def load_builtin_task(name: str, split: str) -> list[dict[str, Any]]:
     """Examples of a built-in labelled dataset (`wiki-topics`, `peoples-daily-ner`,
-    `chinese-sentiment`, `wiki-titles`, `wiki-descriptions`, `wiki-topic-names`; a `builtin:` prefix
+    `chinese-sentiment`, `wiki-titles`, `wiki-descriptions`, `wiki-topic-names`, `wiki-retrieval`; a `builtin:` prefix
     is allowed) for `split` in train/dev/test/all.
 
     Split rules (fixed; they depend on the data alone, never on a seed or the run):
@@ -286,6 +308,8 @@ def load_builtin_task(name: str, split: str) -> list[dict[str, Any]]:
       `wiki_split(title)`, so each split holds the same articles as wiki-topics' (wiki-descriptions:
       those that have a short description). Examples: {"text" (lead section), "target" (the title,
       the short description, or the topic name), "title"}.
+    * wiki-retrieval: wiki-descriptions' articles and split. Examples: {"query" (the short description),
+      "positive" (the lead section), "title"}.
 
     `hash_split` is 80/10/10 by the first 8 bytes of sha1. Every example also has a `source`.
     Each call returns fresh copies, so callers may modify them.

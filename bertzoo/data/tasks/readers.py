@@ -4,12 +4,13 @@ JSONL), multiple-choice items (SWAG CSV, JSONL), and Hugging Face datasets of an
 parquet / arrow files, read through `datasets` (`bertzoo.data.text.hf_datasets`).
 
 Every reader returns a list of plain dicts and adds `source` ("path:line") to each, so a later
-error (an unknown label, an empty text) can say where the example came from. Three kinds of
+error (an unknown label, an empty text) can say where the example came from. Four kinds of
 example exist, one per task family:
 
 * text:    {"text", optional "text_pair", optional "label", "source"}
 * tokens:  {"tokens": [...], optional "labels": [...], "source"}
 * choices: {"context", "endings": [...], optional "label" (int), "source"}
+* pairs:   {"query", "positive", optional "negative" or "score", "source"} (`bertzoo.data.tasks.pairs`)
 
 `read_examples` picks the reader from the task kind and the format (auto-detected from the file
 extension when `fmt="auto"`); the table `READERS` lists the combinations.
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import bertzoo.data.text.hf_datasets as hf_datasets
+from bertzoo.data.tasks.pairs import pair_example
 from bertzoo.data.text.corpus import ReadStats, iter_lines, jsonl_records
 from bertzoo.errors import DataError
 
@@ -46,7 +48,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Kind = Literal["text", "tokens", "choices"]
+Kind = Literal["text", "tokens", "choices", "pairs"]
 LabelType = Literal["single", "multi", "float"]
 
 MULTI_LABEL_SEP = "|"
@@ -406,6 +408,14 @@ def read_choices_jsonl(path: str | os.PathLike, *, label_column: str = "label") 
 # ---------------------------------------------------------------------------------------------
 
 
+def _pairs(rows: Iterator[tuple[int, dict[str, Any]]], path: Path) -> list[dict[str, Any]]:
+    """Embedding examples (pairs, triplets or scored pairs) of a JSONL or delimited file."""
+    out = [pair_example(record, f"{path}:{line}") for line, record in rows]
+    if not out:
+        raise DataError(f"{path} holds no examples; check the file")
+    return out
+
+
 def read_dataset(
     source: str | os.PathLike,
     kind: Kind = "text",
@@ -432,6 +442,8 @@ def read_dataset(
             out.append(_token_example(row, at, text_column, label_column))
         elif kind == "choices":
             out.append(_choices_example(row, at, label_column))
+        elif kind == "pairs":
+            out.append(pair_example(row, at))
         else:
             out.append(_text_example(row, at, text_column, text_pair_column, label_column, label_type))
     if not out:
@@ -501,6 +513,12 @@ READERS: dict[tuple[str, str], Reader] = {
     ("choices", "disk"): _dataset("choices"),
     ("choices", "parquet"): _dataset("choices"),
     ("choices", "arrow"): _dataset("choices"),
+    ("pairs", "jsonl"): lambda path, **kw: _pairs(_jsonl_rows(path), path),
+    ("pairs", "csv"): lambda path, **kw: _pairs(_csv_rows(path, ","), path),
+    ("pairs", "tsv"): lambda path, **kw: _pairs(_csv_rows(path, "\t"), path),
+    ("pairs", "disk"): _dataset("pairs"),
+    ("pairs", "parquet"): _dataset("pairs"),
+    ("pairs", "arrow"): _dataset("pairs"),
 }
 
 
@@ -515,7 +533,7 @@ def read_examples(
     label_type: LabelType = "single",
     split: str = "train",
 ) -> list[dict[str, Any]]:
-    """Read `path` as examples of `kind` ("text", "tokens" or "choices"); see the module doc. An `hf-dataset:`
+    """Read `path` as examples of `kind` ("text", "tokens", "choices" or "pairs"); see the module doc. An `hf-dataset:`
     spec is read through `datasets` whatever `fmt` says."""
     columns = dict(
         text_column=text_column,
