@@ -281,6 +281,18 @@ class TaskDataConfig:
 
 
 @dataclass
+class LoraConfig:
+    """LoRA (Hu et al. 2021): W + (alpha / r) B A beside each targeted linear layer; only A, B and the head train."""
+
+    r: int = 0  # rank of the update; 0 = off
+    alpha: float = 16.0  # the update is scaled by alpha / r
+    dropout: float = 0.0  # dropout on the LoRA branch's input
+    # Names of linear layers (the last part of the module path, or a longer dotted tail) that get LoRA.
+    # Empty: every attention and feed-forward projection (qkv, q, kv, out, up, gate, down that the model has).
+    target_modules: list[str] = field(default_factory=list)
+
+
+@dataclass
 class TechniqueConfig:
     """Fine-tuning techniques from the reference articles."""
 
@@ -290,6 +302,7 @@ class TechniqueConfig:
     feature_mix: Literal["weighted", "concat"] = "weighted"
     feature_head: Literal["linear", "bilstm"] = "linear"
     adapter_size: int = 0  # bottleneck adapters in every layer (0 = off); only adapters + head train
+    lora: LoraConfig = field(default_factory=LoraConfig)  # low-rank updates (r = 0: off); only LoRA + head train
     gradual_unfreezing: bool = False  # unfreeze one more layer (top down) each epoch
     # LP-FT (Kumar et al. 2022): the first N epochs train the head on the frozen encoder (a linear probe), then
     # everything trains, starting from a head that already reads the pretrained features. 0 = off.

@@ -12,6 +12,10 @@ decay runs over both stacks (`layer_depths`); `freeze_encoder` fixes the encoder
 and its embeddings, the word table the decoder and a tied LM head share) and trains the decoder;
 adapters go into both stacks, and only they and the norms train; gradual unfreezing goes down the
 decoder from its top layer, then down the encoder, the shared embeddings last (`unfreezing_stages`).
+
+LoRA (`technique.lora`, `bertzoo.tasks.lora`) goes on the linear layers of the encoder, and of the decoder of an
+encoder-decoder, which it freezes as adapters do; it decides what trains, so it is refused beside freezing,
+adapters and the unfreezing schedules.
 """
 
 from __future__ import annotations
@@ -22,15 +26,17 @@ from typing import Any
 
 from torch import nn
 
-from bertzoo.config import TechniqueConfig
+from bertzoo.config import LoraConfig, TechniqueConfig
 from bertzoo.errors import ConfigError
 from bertzoo.models.encdec import Decoder
 from bertzoo.nn.adapter import Adapter, add_adapters
 from bertzoo.nn.param_groups import decay_split, is_norm
+from bertzoo.tasks.lora import check_lora
 
 __all__ = [
     "GradualUnfreezing",
     "apply_adapters",
+    "apply_lora_to",
     "apply_techniques",
     "check_techniques",
     "freeze_encoder",
@@ -307,18 +313,33 @@ def check_techniques(cfg: TechniqueConfig) -> None:
         )
         if on
     ]
+    check_lora(cfg.lora)
+    if cfg.lora.r > 0:
+        chosen.append("lora")
     if len(chosen) > 1:
         raise ConfigError(
             f"technique.{chosen[0]} and technique.{chosen[1]} both decide which parameters train; keep one of them"
         )
 
 
-def apply_techniques(model: nn.Module, cfg: TechniqueConfig) -> dict[str, Any]:
-    """Freeze / add adapters as configured (after the task built its head). Returns what was done,
-    including the epoch callback that changes what trains (`GradualUnfreezing` or `HeadFirst`) under
-    "schedule" when one is enabled."""
+def apply_lora_to(model: nn.Module, cfg: LoraConfig, seed: int = 0) -> int:
+    """LoRA on the encoder (and the decoder of an encoder-decoder), frozen as `apply_adapters` freezes: the
+    encoder, or the whole encoder-decoder with its pretrained LM head. Returns the number of adapted layers."""
+    from bertzoo.tasks.lora import apply_lora
+
+    encoder, decoder = _encoder(model), _decoder(model)
+    stacks = {"encoder": encoder} if decoder is None else {"encoder": encoder, "decoder": decoder}
+    return apply_lora(model, cfg, stacks, frozen=encoder if decoder is None else model, seed=seed)
+
+
+def apply_techniques(model: nn.Module, cfg: TechniqueConfig, *, seed: int = 0) -> dict[str, Any]:
+    """Freeze / add adapters / add LoRA as configured (after the task built its head; `seed` draws LoRA's A).
+    Returns what was done, including the epoch callback that changes what trains (`GradualUnfreezing` or
+    `HeadFirst`) under "schedule" when one is enabled."""
     check_techniques(cfg)
     done: dict[str, Any] = {}
+    if cfg.lora.r > 0:
+        done["lora_layers"] = apply_lora_to(model, cfg.lora, seed)
     if cfg.freeze_encoder:
         freeze_encoder(model)
         done["frozen_encoder"] = True

@@ -301,13 +301,13 @@ def _student_config(cfg: DistillConfig, teacher_cfg: FinetuneConfig) -> Finetune
 def _task_examples(task: Any, ft_cfg: FinetuneConfig) -> dict[str, list[dict[str, Any]]]:
     """The task's examples by split (training subset applied, empty splits dropped); an empty training split
     is a ConfigError."""
-    from bertzoo.train.finetune import SPLITS, _subset, has_split
+    from bertzoo.train.finetune import SPLITS, has_split, training_subset
 
     examples: dict[str, list[dict[str, Any]]] = {}
     for split in SPLITS:
         if split == "train" or has_split(ft_cfg, split):
             examples[split] = task.load(split)
-    examples["train"] = _subset(examples["train"], ft_cfg.data.max_train_examples)
+    examples["train"] = training_subset(examples["train"], ft_cfg.data.max_train_examples)
     if not examples["train"]:
         raise ConfigError("the training split is empty; check the teacher's data section or data overrides")
     return {k: v for k, v in examples.items() if v}

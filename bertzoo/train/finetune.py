@@ -214,6 +214,7 @@ def finetune(cfg: FinetuneConfig, resume: str | None = None) -> dict[str, Any]:
     best model and where the model and report went."""
     from bertzoo.engine.distributed import is_main
     from bertzoo.engine.loop import Trainer
+    from bertzoo.tasks.lora import merge_lora
     from bertzoo.tasks.techniques import apply_techniques, trainable_summary
 
     tokenizer = load_tokenizer(cfg)
@@ -228,8 +229,9 @@ def finetune(cfg: FinetuneConfig, resume: str | None = None) -> dict[str, Any]:
     datasets = {split: task.featurize(rows, split) for split, rows in examples.items()}
     if len(datasets["train"]) == 0:
         raise DataError("no training features were produced; check the data and data.max_seq_len")
-    techniques = apply_techniques(model, cfg.technique)
+    techniques = apply_techniques(model, cfg.technique, seed=cfg.train.seed)
     schedule = techniques.pop("schedule", None)  # gradual unfreezing or LP-FT: what trains changes by epoch
+    _say_trainable(model, techniques)
     groups = _param_groups(model, cfg, schedule)
     train_cfg, eval_fn, metric_for_best = _dev_evaluation(cfg, task, examples, datasets)
     trainer = Trainer(
@@ -257,6 +259,9 @@ def finetune(cfg: FinetuneConfig, resume: str | None = None) -> dict[str, Any]:
 
     out = Path(train_cfg.output_dir)
     summary["model_from"] = _load_best(model, out)
+    # LoRA folded into the weights once, here: what is evaluated below is exactly what model/ holds, a plain
+    # model (the run's best/, final/ and checkpoints already hold merged weights, the LoRA state beside them).
+    model = merge_lora(model)
     model.eval()
     # Test before dev: a task may tune something on the split it evaluates (QA's no-answer threshold)
     # and keep it in the saved model; evaluating dev last makes that value dev's, never test's.
@@ -274,6 +279,21 @@ def finetune(cfg: FinetuneConfig, resume: str | None = None) -> dict[str, Any]:
     return summary
 
 
+def _say_trainable(model: nn.Module, techniques: dict[str, Any]) -> None:
+    """One log line: how many parameters train, and what the techniques added (main rank)."""
+    from bertzoo.engine.distributed import is_main
+    from bertzoo.engine.progress import say
+    from bertzoo.tasks.techniques import trainable_summary
+
+    counts = trainable_summary(model)
+    done = "".join(f", {k}={v}" for k, v in techniques.items() if not isinstance(v, bool))
+    if is_main():
+        say(
+            f"trainable parameters: {counts['trainable']:,} of {counts['total']:,} "
+            f"({100 * counts['trainable'] / max(1, counts['total']):.2f}%){done}"
+        )
+
+
 def _load_splits(task: Any, cfg: FinetuneConfig) -> dict[str, list[dict[str, Any]]]:
     """The task's examples of every configured split (the training subset applied, empty splits dropped);
     an empty training split is a DataError."""
@@ -282,7 +302,7 @@ def _load_splits(task: Any, cfg: FinetuneConfig) -> dict[str, list[dict[str, Any
         if split == "train" or has_split(cfg, split):
             examples[split] = task.load(split)
             if split == "train":
-                examples[split] = _subset(examples[split], cfg.data.max_train_examples)
+                examples[split] = training_subset(examples[split], cfg.data.max_train_examples)
             if not examples[split]:
                 if split == "train":
                     raise DataError("the training split is empty; check data.train / data.dataset")
@@ -391,7 +411,7 @@ def _write_results(
     write_atomic(out / "summary.json", json.dumps(summary, indent=2, default=json_default) + "\n")
 
 
-def _subset(examples: list[dict[str, Any]], limit: int | None) -> list[dict[str, Any]]:
+def training_subset(examples: list[dict[str, Any]], limit: int | None) -> list[dict[str, Any]]:
     """A fixed random subset of `limit` examples in their original order (all when limit is None)."""
     if limit is None or limit >= len(examples):
         return examples
