@@ -21,6 +21,7 @@ import bertzoo.cli.predict as predict
 import bertzoo.cli.prepare as prepare
 import bertzoo.cli.pretrain as pretrain
 import bertzoo.cli.push as push
+import bertzoo.cli.serve as serve
 import bertzoo.cli.suite as suite
 import bertzoo.cli.tokenizer as tokenizer
 from bertzoo.cli.common import EXIT_USAGE, Parser, UsageError, split_overrides
@@ -39,6 +40,7 @@ COMMANDS = (
     predict,
     generate,
     embed,
+    serve,
     export,
     convert,
     push,

@@ -109,15 +109,31 @@ def read_texts(path: str | Path, field: str = "text") -> list[str]:
     return texts
 
 
+# sentence-transformers' pooling modes that bertzoo computes alike.
+_ST_POOLING = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls", "pooling_mode_lasttoken": "last"}
+
+
 def saved_pooling(directory: str | Path) -> tuple[Pooling, bool]:
-    """(pooling, normalize) a model was fine-tuned for (task: embedding, recorded in its config.json), else
-    sentence-transformers' defaults for a plain encoder: the mean over real tokens, not normalised."""
+    """(pooling, normalize) a model is meant to be read with: what it was fine-tuned for (task: embedding, in its
+    config.json), or what a sentence-transformers directory says (`1_Pooling`, a `Normalize` module), else the
+    mean over real tokens, not normalised."""
+    import json
+
     from bertzoo.loading import read_config
 
     raw, _, _ = read_config(directory)
     head = raw.get("task")
     if isinstance(head, dict) and head.get("task") == "embedding":
         return head.get("pooling", "mean"), bool(head.get("normalize", False))
+    modules, pooling_file = Path(directory) / "modules.json", Path(directory) / "1_Pooling" / "config.json"
+    if modules.is_file() and pooling_file.is_file():
+        try:
+            kinds = [str(m.get("type", "")) for m in json.loads(modules.read_text(encoding="utf-8"))]
+            modes = [k for k, on in json.loads(pooling_file.read_text(encoding="utf-8")).items() if on is True]
+        except (ValueError, AttributeError, OSError):
+            return "mean", False  # an unreadable sentence-transformers config: the plain default
+        if len(modes) == 1 and modes[0] in _ST_POOLING:
+            return _ST_POOLING[modes[0]], any(k.endswith("Normalize") for k in kinds)  # type: ignore[return-value]
     return "mean", False
 
 

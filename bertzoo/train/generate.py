@@ -23,12 +23,12 @@ from bertzoo.config import GenerationConfig, from_dict
 from bertzoo.errors import CheckpointError, ConfigError, DataError
 from bertzoo.loading import PRETRAINING, kind_of, load_encoder, load_pretraining, read_checkpoint, read_config, resolve
 
-__all__ = ["generate_file"]
+__all__ = ["causal_lm", "continue_texts", "generation_config", "generate_file"]
 
 SEQ2SEQ = "seq2seq"
 
 
-def _causal_lm(directory: Path) -> torch.nn.Module:
+def causal_lm(directory: Path) -> torch.nn.Module:
     """The causal LM of a GPT checkpoint or causal encoder directory (the tied head needs no weights)."""
     from bertzoo.objectives.clm import CausalLM
 
@@ -41,7 +41,7 @@ def _causal_lm(directory: Path) -> torch.nn.Module:
     return CausalLM(load_encoder(directory))
 
 
-def _generation(tokenizer, settings: dict[str, Any]) -> GenerationConfig:
+def generation_config(tokenizer, settings: dict[str, Any]) -> GenerationConfig:
     """The user's settings, stopping at [SEP] (a document's end in GPT pretraining) unless they name stops."""
     config = from_dict(GenerationConfig, dict(settings), "generation")
     if not config.eos_token_ids:
@@ -49,6 +49,25 @@ def _generation(tokenizer, settings: dict[str, Any]) -> GenerationConfig:
     if "pad_token_id" not in settings:
         config.pad_token_id = tokenizer.pad_id
     return config
+
+
+def continue_texts(
+    model: torch.nn.Module, tokenizer, texts: list[str], gen: GenerationConfig, batch_size: int = 16
+) -> list[str]:
+    """The continuation of each prompt by a left-to-right LM (`causal_lm`), decoded; the prompt starts with [CLS]
+    as in GPT pretraining. Under inference mode, `batch_size` prompts at a time."""
+    from bertzoo.batch import pad_batch
+
+    device = next(model.parameters()).device
+    prompts = [[tokenizer.special.cls, *ids] for ids in tokenizer.encode_batch(texts)]
+    out = []
+    with torch.inference_mode():
+        for start in range(0, len(prompts), batch_size):
+            ids, lengths = pad_batch(prompts[start : start + batch_size], tokenizer.pad_id)
+            mask = np.arange(ids.shape[1])[None] < lengths[:, None]
+            result = model.generate(torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device), gen)
+            out += [tokenizer.decode(result.sequences[i, : int(result.lengths[i])].tolist()) for i in range(len(ids))]
+    return out
 
 
 def generate_file(
@@ -62,7 +81,6 @@ def generate_file(
 ) -> int:
     """Generate for every JSONL line of `input_path` into `output_path` (same order, `id` carried over,
     written atomically); returns the number of lines. `generation`: GenerationConfig fields."""
-    from bertzoo.batch import pad_batch
     from bertzoo.data.tokens.tokenizer import Tokenizer
     from bertzoo.train.evaluate import map_jsonl, predict_file, to_device
 
@@ -88,9 +106,8 @@ def generate_file(
             "needs a seq2seq fine-tuned model (bertzoo finetune --task seq2seq) or a left-to-right LM (GPT)"
         )
     tokenizer = Tokenizer.load(directory)
-    gen = _generation(tokenizer, settings)
-    model = to_device(_causal_lm(directory), device).eval()
-    dev = next(model.parameters()).device
+    gen = generation_config(tokenizer, settings)
+    model = to_device(causal_lm(directory), device).eval()
 
     def continue_prompts(records: list[tuple[int, dict[str, Any]]]) -> list[dict[str, Any]]:
         texts = []
@@ -99,14 +116,6 @@ def generate_file(
             if not isinstance(text, str) or not text.strip():
                 raise DataError(f"{input_path}:{n} needs a non-empty 'prompt' (or 'text') string")
             texts.append(text)
-        prompts = [[tokenizer.special.cls, *ids] for ids in tokenizer.encode_batch(texts)]
-        rows = []
-        for start in range(0, len(prompts), batch_size):
-            ids, lengths = pad_batch(prompts[start : start + batch_size], tokenizer.pad_id)
-            mask = np.arange(ids.shape[1])[None] < lengths[:, None]
-            result = model.generate(torch.from_numpy(ids).to(dev), torch.from_numpy(mask).to(dev), gen)
-            for i in range(len(ids)):
-                rows.append({"prediction": tokenizer.decode(result.sequences[i, : int(result.lengths[i])].tolist())})
-        return rows
+        return [{"prediction": text} for text in continue_texts(model, tokenizer, texts, gen, batch_size)]
 
     return map_jsonl(input_path, output_path, continue_prompts, chunk_size=1024, what="generate")

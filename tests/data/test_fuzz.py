@@ -407,6 +407,11 @@ NUMERIC_OPTIONS = [
     ("embed", ["model", "-i", "in.jsonl", "-o", "v.npy"], "--batch-size", 1, sys.maxsize),
     ("embed", ["model", "-i", "in.jsonl", "-o", "v.npy"], "--max-length", 3, sys.maxsize),
     ("export", ["model", "out", "--sentence-transformers"], "--max-length", 3, sys.maxsize),
+    ("serve", ["model"], "--port", 1, 65535),
+    ("serve", ["model"], "--batch-size", 1, sys.maxsize),
+    ("serve", ["model"], "--max-texts", 1, sys.maxsize),
+    ("serve", ["model"], "--max-body-bytes", 1, sys.maxsize),
+    ("serve", ["model"], "--max-length", 3, sys.maxsize),
     ("attention", ["model", "--text", "x", "--out", "v.html"], "--layer", 0, sys.maxsize),
     ("attention", ["model", "--text", "x", "--out", "v.html"], "--head", 0, sys.maxsize),
     ("kg-embed", ["--kg", "nations", "--out", "kg"], "--dim", 1, sys.maxsize),
@@ -431,6 +436,8 @@ OTHER_TYPED = {
     ("attention", "--order"),
     ("suite", "--epochs"),
     ("suite", "--lrs"),
+    ("serve", "--max-wait-ms"),
+    ("serve", "--drain-seconds"),
 }
 
 

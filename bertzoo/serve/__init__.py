@@ -1,0 +1,2 @@
+"""`bertzoo serve`: a model behind HTTP (FastAPI + uvicorn) with dynamic batching: `/predict`, `/embed`,
+`/generate`, `/health` and `/ready` (docs/serving.md)."""

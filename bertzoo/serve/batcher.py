@@ -1,0 +1,121 @@
+"""Dynamic batching: concurrent requests are grouped into one model call.
+
+Requests wait in a queue. One worker takes the first, then keeps taking more until the group holds `max_batch`
+inputs or `max_wait_s` has passed since the first arrived, and runs the group in one call on a worker thread (the
+event loop keeps accepting requests meanwhile). Requests of different kinds or options in the same group run as
+one call per kind. Each request gets back its own slice of the results, or the error its call raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Batcher", "BatchStats"]
+
+# (kind, options key, every input of the group) -> one result per input
+RunFn = Callable[[str, Hashable, list[Any]], Sequence[Any]]
+
+
+@dataclass
+class _Job:
+    kind: str
+    key: Hashable
+    items: list[Any]
+    future: asyncio.Future
+
+
+@dataclass
+class BatchStats:
+    """What the batcher has done: model calls, requests and inputs served, and the largest call."""
+
+    calls: int = 0
+    requests: int = 0
+    inputs: int = 0
+    largest: int = 0
+    sizes: list[int] = field(default_factory=list)  # inputs per call, the last 1,000
+
+    def as_dict(self) -> dict[str, int]:
+        return {"calls": self.calls, "requests": self.requests, "inputs": self.inputs, "largest_call": self.largest}
+
+
+class Batcher:
+    """Groups submitted requests into calls of `run` (see the module doc). Start it inside the event loop."""
+
+    def __init__(self, run: RunFn, max_batch: int = 32, max_wait_s: float = 0.005) -> None:
+        self.run = run
+        self.max_batch = max_batch
+        self.max_wait_s = max_wait_s
+        self.stats = BatchStats()
+        self._queue: asyncio.Queue[_Job] | None = None
+        self._worker: asyncio.Task | None = None
+        # One model call at a time: the model's own threads use the cores, and calls never interleave.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bertzoo-model")
+
+    def start(self) -> None:
+        self._queue = asyncio.Queue()
+        self._worker = asyncio.get_running_loop().create_task(self._work())
+
+    async def stop(self) -> None:
+        if self._worker is not None:
+            self._worker.cancel()
+            await asyncio.gather(self._worker, return_exceptions=True)
+        self._executor.shutdown(wait=True)
+
+    async def submit(self, kind: str, key: Hashable, items: list[Any]) -> list[Any]:
+        """The results for `items`, computed in some group's call."""
+        assert self._queue is not None, "Batcher.start() was not called"
+        future = asyncio.get_running_loop().create_future()
+        await self._queue.put(_Job(kind, key, items, future))
+        return await future
+
+    async def _collect(self) -> list[_Job]:
+        assert self._queue is not None
+        group = [await self._queue.get()]
+        size = len(group[0].items)
+        deadline = asyncio.get_running_loop().time() + self.max_wait_s
+        while size < self.max_batch:
+            left = deadline - asyncio.get_running_loop().time()
+            try:
+                job = self._queue.get_nowait() if left <= 0 else await asyncio.wait_for(self._queue.get(), left)
+            except (asyncio.QueueEmpty, TimeoutError):
+                break
+            group.append(job)
+            size += len(job.items)
+        return group
+
+    async def _work(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            group = await self._collect()
+            by_kind = itertools.groupby(sorted(group, key=lambda j: (j.kind, repr(j.key))), lambda j: (j.kind, j.key))
+            for (kind, key), jobs_iter in by_kind:
+                jobs = [j for j in jobs_iter if not j.future.cancelled()]  # a client that left needs nothing
+                items = [item for j in jobs for item in j.items]
+                if not items:
+                    continue
+                try:
+                    results = await loop.run_in_executor(self._executor, self.run, kind, key, items)
+                except Exception as exc:  # noqa: BLE001 - handed to each waiting request, the worker goes on
+                    for j in jobs:
+                        if not j.future.done():
+                            j.future.set_exception(exc)
+                    continue
+                self._count(len(jobs), len(items))
+                start = 0
+                for j in jobs:
+                    if not j.future.done():
+                        j.future.set_result(list(results[start : start + len(j.items)]))
+                    start += len(j.items)
+
+    def _count(self, requests: int, inputs: int) -> None:
+        s = self.stats
+        s.calls += 1
+        s.requests += requests
+        s.inputs += inputs
+        s.largest = max(s.largest, inputs)
+        s.sizes = [*s.sizes[-999:], inputs]
