@@ -185,6 +185,7 @@ LAYERS = (
     ("bertzoo.loading", "bertzoo.hub", "bertzoo.visualize"),
     ("bertzoo.engine",),
     ("bertzoo.train",),
+    ("bertzoo.serve",),
     ("bertzoo.cli", "bertzoo.__main__"),
 )
 
@@ -215,7 +216,7 @@ def test_every_module_has_a_layer(graph) -> None:
 def test_layer_of_follows_the_prefixes() -> None:
     modules = ("bertzoo.models.encoder", "bertzoo.nn.attention", "bertzoo.io", "bertzoo.data.text.corpus")
     assert [layer_of(m) for m in modules] == [2, 2, 4, 4]
-    assert [layer_of(m) for m in ("bertzoo.engine.loop", "bertzoo.train.pretrain", "bertzoo.cli")] == [8, 9, 10]
+    assert [layer_of(m) for m in ("bertzoo.engine.loop", "bertzoo.train.pretrain", "bertzoo.cli")] == [8, 9, 11]
     assert layer_of("bertzoo.interop.hf_keys") == 4 and layer_of("bertzoo.interop.convert") == 6
     assert layer_of("bertzoo.iox") is None  # a prefix matches whole name parts only
 

@@ -91,6 +91,23 @@ def _validation_message(exc: RequestValidationError) -> tuple[int, str]:
     return 422, f"{where}: {first.get('msg', 'invalid')}; see /docs for the request shapes"
 
 
+def _add_error_handlers(app: FastAPI, runner: Runner) -> None:
+    """Every framework error as {"error": "..."}: invalid bodies, unknown paths, wrong methods."""
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error(*_validation_message(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            known = ", ".join(f"/{e}" for e in runner.endpoints)
+            return _error(404, f"no endpoint {request.url.path}; this model serves {known}, /health and /ready")
+        if exc.status_code == 405:
+            return _error(405, f"{request.method} is not allowed on {request.url.path}; use POST (GET for /health)")
+        return _error(exc.status_code, str(exc.detail))
+
+
 def create_app(runner: Runner, settings: ServeSettings | None = None) -> FastAPI:
     """The FastAPI application serving `runner` with dynamic batching (see the module doc)."""
     settings = settings or ServeSettings()
@@ -122,18 +139,7 @@ def create_app(runner: Runner, settings: ServeSettings | None = None) -> FastAPI
     app.state.batcher = batcher
     app.add_middleware(_BodyLimit, limit=settings.max_body_bytes)
 
-    @app.exception_handler(RequestValidationError)
-    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return _error(*_validation_message(exc))
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        if exc.status_code == 404:
-            known = ", ".join(f"/{e}" for e in runner.endpoints)
-            return _error(404, f"no endpoint {request.url.path}; this model serves {known}, /health and /ready")
-        if exc.status_code == 405:
-            return _error(405, f"{request.method} is not allowed on {request.url.path}; use POST (GET for /health)")
-        return _error(exc.status_code, str(exc.detail))
+    _add_error_handlers(app, runner)
 
     def check(endpoint: str, count: int) -> JSONResponse | None:
         if endpoint not in runner.endpoints:
