@@ -21,7 +21,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -79,6 +79,14 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
+def _json(obj: Any) -> Response:
+    """A 200 JSON answer as built (numpy numbers as plain ones): validating 256 x 384 floats against the response
+    model would cost more than the model."""
+    from bertzoo.train.finetune import json_default
+
+    return Response(json.dumps(obj, default=json_default, ensure_ascii=False), media_type="application/json")
+
+
 def _validation_message(exc: RequestValidationError) -> tuple[int, str]:
     errors = exc.errors()
     first = errors[0] if errors else {}
@@ -106,6 +114,11 @@ def _add_error_handlers(app: FastAPI, runner: Runner) -> None:
         if exc.status_code == 405:
             return _error(405, f"{request.method} is not allowed on {request.url.path}; use POST (GET for /health)")
         return _error(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def crash(request: Request, exc: Exception) -> JSONResponse:
+        # The server's own failure (the request was valid): said as JSON, and the next request is served.
+        return _error(500, f"the server failed on this request ({type(exc).__name__}: {exc}); see its log")
 
 
 def create_app(runner: Runner, settings: ServeSettings | None = None) -> FastAPI:
@@ -163,7 +176,7 @@ def create_app(runner: Runner, settings: ServeSettings | None = None) -> FastAPI
         if refused is not None:
             return refused
         out = await answer("embed", body.normalize, body.texts)
-        return out if isinstance(out, JSONResponse) else {"embeddings": out}
+        return out if isinstance(out, JSONResponse) else _json({"embeddings": out})
 
     @app.post("/predict", response_model=PredictResponse)
     async def predict(body: PredictRequest) -> Any:
@@ -176,9 +189,7 @@ def create_app(runner: Runner, settings: ServeSettings | None = None) -> FastAPI
         for i, item in enumerate(items):
             item["source"] = f"request input {i}"  # the task's input checks name the input
         out = await answer("predict", None, items)
-        if isinstance(out, JSONResponse):
-            return out
-        return {"predictions": out}
+        return out if isinstance(out, JSONResponse) else _json({"predictions": out})
 
     @app.post("/generate", response_model=GenerateResponse)
     async def generate(body: GenerateRequest) -> Any:
@@ -191,7 +202,7 @@ def create_app(runner: Runner, settings: ServeSettings | None = None) -> FastAPI
         if body.generation and runner.lm is None:
             return _error(422, "generation settings apply to a left-to-right LM; this seq2seq model decodes as saved")
         out = await answer("generate", json.dumps(body.generation or {}, sort_keys=True), texts)
-        return out if isinstance(out, JSONResponse) else {"generations": out}
+        return out if isinstance(out, JSONResponse) else _json({"generations": out})
 
     @app.get("/health")
     async def health() -> dict[str, Any]:

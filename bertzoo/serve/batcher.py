@@ -12,7 +12,7 @@ import asyncio
 import itertools
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["Batcher", "BatchStats"]
@@ -37,7 +37,6 @@ class BatchStats:
     requests: int = 0
     inputs: int = 0
     largest: int = 0
-    sizes: list[int] = field(default_factory=list)  # inputs per call, the last 1,000
 
     def as_dict(self) -> dict[str, int]:
         return {"calls": self.calls, "requests": self.requests, "inputs": self.inputs, "largest_call": self.largest}
@@ -100,10 +99,13 @@ class Batcher:
                     continue
                 try:
                     results = await loop.run_in_executor(self._executor, self.run, kind, key, items)
-                except Exception as exc:  # noqa: BLE001 - handed to each waiting request, the worker goes on
+                except Exception as exc:  # noqa: BLE001 - handed to the waiting requests, the worker goes on
+                    if len(jobs) == 1:
+                        jobs[0].future.done() or jobs[0].future.set_exception(exc)
+                        continue
+                    # One request's bad input must not fail the others grouped with it: each runs alone.
                     for j in jobs:
-                        if not j.future.done():
-                            j.future.set_exception(exc)
+                        await self._run_alone(loop, j)
                     continue
                 self._count(len(jobs), len(items))
                 start = 0
@@ -112,10 +114,20 @@ class Batcher:
                         j.future.set_result(list(results[start : start + len(j.items)]))
                     start += len(j.items)
 
+    async def _run_alone(self, loop: asyncio.AbstractEventLoop, job: _Job) -> None:
+        try:
+            results = await loop.run_in_executor(self._executor, self.run, job.kind, job.key, job.items)
+        except Exception as exc:  # noqa: BLE001 - this request's own error
+            if not job.future.done():
+                job.future.set_exception(exc)
+            return
+        self._count(1, len(job.items))
+        if not job.future.done():
+            job.future.set_result(list(results))
+
     def _count(self, requests: int, inputs: int) -> None:
         s = self.stats
         s.calls += 1
         s.requests += requests
         s.inputs += inputs
         s.largest = max(s.largest, inputs)
-        s.sizes = [*s.sizes[-999:], inputs]

@@ -46,8 +46,15 @@ class Runner:
     precision: str = "fp32"
 
     def run_predict(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Predictions for inputs with the training data's field names ({"text", "text_pair"} ...)."""
-        return self.task.predict(self.model, inputs)
+        """Predictions for inputs with the training data's field names ({"text", "text_pair"} ...), as `bertzoo
+        predict` makes them (a classifier's configured text columns read as text and text_pair)."""
+        d = self.task.cfg.data
+        renames = {d.text_column: "text", d.text_pair_column: "text_pair"} if self.task.name == "classification" else {}
+        renames = {src: dst for src, dst in renames.items() if src and src != dst}
+        if renames:
+            inputs = [{renames.get(k, k): v for k, v in item.items()} for item in inputs]
+        with torch.inference_mode():
+            return self.task.predict(self.model, inputs)
 
     def run_embed(self, texts: list[str], normalize: bool | None) -> np.ndarray:
         """(texts, hidden) float32 sentence vectors, in order."""
@@ -68,14 +75,14 @@ class Runner:
     def run_generate(self, texts: list[str], settings: dict[str, Any]) -> list[str]:
         """Generated text per input: a seq2seq model decodes its source, a causal LM continues its prompt."""
         if self.lm is None:  # seq2seq: the task decodes as it was evaluated
-            return [p["prediction"] for p in self.task.predict(self.model, [{"text": t} for t in texts])]
+            return [p["prediction"] for p in self.run_predict([{"text": t} for t in texts])]
         from bertzoo.config import from_dict
         from bertzoo.train.generate import continue_texts
 
         gen = self.generation
         if settings:  # the request's settings over the model's defaults, checked as a config file's are
             gen = from_dict(type(gen), {**asdict(gen), **settings}, "generation")
-        return continue_texts(self.lm, self.tokenizer, texts, gen, batch_size=16)
+        return continue_texts(self.lm, self.tokenizer, texts, gen, batch_size=16)  # under inference mode
 
 
 def load_runner(
@@ -91,7 +98,7 @@ def load_runner(
     from bertzoo.train.evaluate import to_device
 
     directory = resolve(model)
-    target = resolve_device(device)
+    target = resolve_device("cpu" if int8 and device == "auto" else device)  # int8 kernels are the CPU's
     if int8 and target.type != "cpu":
         raise ConfigError(f"--int8 runs on the CPU only; drop it or use --device cpu (got {target})")
     raw, config, _ = read_config(directory)

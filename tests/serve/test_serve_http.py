@@ -127,6 +127,19 @@ def test_wrong_endpoints_methods_and_task_inputs(server):
     assert "texts" in schema["components"]["schemas"]["EmbedRequest"]["properties"]
 
 
+def test_a_bad_input_batched_with_good_ones_fails_alone(server):
+    async def together():
+        async with httpx.AsyncClient(timeout=60) as client:
+            good = [client.post(f"{server.url}/predict", json={"texts": [t]}) for t in TEXTS[:3]]
+            bad = client.post(f"{server.url}/predict", json={"inputs": [{"txt": "no text field"}]})
+            return await asyncio.gather(bad, *good)
+
+    bad, *good = asyncio.run(together())  # --max-wait-ms 100: all four land in one group
+    assert bad.status_code == 422 and "request input 0" in bad.json()["error"]
+    assert [g.status_code for g in good] == [200, 200, 200]
+    assert all(len(g.json()["predictions"]) == 1 for g in good)
+
+
 def test_generate_continues_prompts_as_bertzoo_generate_does(tmp_path):
     model = save_tiny_model(tmp_path / "gpt", causal=True)
     inp = tmp_path / "in.jsonl"
