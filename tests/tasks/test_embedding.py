@@ -190,3 +190,19 @@ def test_a_loss_that_does_not_fit_the_data_or_a_bad_scale_is_one_clear_error(tmp
     cfg.embedding = EmbeddingConfig(scale=0)
     with pytest.raises(ConfigError, match="embedding.scale"):
         finetune(cfg)
+
+
+def test_lora_trains_an_embedding_model_and_saves_plain_weights(tmp_path):
+    from safetensors import safe_open
+
+    from bertzoo.config import LoraConfig
+
+    paths = write_retrieval(tmp_path / "data")
+    cfg = embedding_config(paths, tmp_path / "run", epochs=2)
+    cfg.technique.lora = LoraConfig(r=4, alpha=8)
+    summary = finetune(cfg)
+    assert summary["trainable_parameters"]["trainable"] < summary["trainable_parameters"]["total"] / 5
+    with safe_open(str(tmp_path / "run" / "model" / "model.safetensors"), "pt") as f:
+        assert not [k for k in f.keys() if "lora" in k]
+    task, model, _ = load_finetuned(tmp_path / "run" / "model")
+    assert len(task.predict(model, [{"text": "fig"}])[0]["embedding"]) == 32
