@@ -191,3 +191,14 @@ def test_a_port_in_use_or_a_missing_model_is_one_line_and_exit_2(classifier, tmp
     assert main(["serve", str(tmp_path / "missing"), "--port", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert err and "\n" not in err
+
+
+def test_int8_serves_vectors_close_to_fp32(classifier, tmp_path):
+    want = encode(load_encoder(classifier), Tokenizer.load(classifier), TEXTS, pooling="mean", precision="fp32")
+    with serving(classifier, "--int8", log=tmp_path / "serve.log") as served:
+        got = np.asarray(httpx.post(f"{served.url}/embed", json={"texts": TEXTS}).json()["embeddings"])
+        health = httpx.get(f"{served.url}/health").json()
+    cosine = (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
+    assert cosine.min() > 0.99
+    assert np.abs(got - want).max() > 1e-6  # quantized: not the fp32 arithmetic
+    assert health["kind"] == "finetuned classification"
