@@ -64,6 +64,17 @@ positive_int = int_range(1)
 non_negative_int = int_range(0)
 
 
+def non_negative_float(text: str) -> float:
+    """An argparse `type` for a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text[:40]!r}") from None
+    if not (value >= 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text[:40]}")
+    return value
+
+
 def positive_float(text: str) -> float:
     """An argparse `type` for a finite number > 0."""
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bertzoo.cli.common import int_range, positive_float, positive_int
+from bertzoo.cli.common import int_range, non_negative_float, positive_float, positive_int
 
 
 def add_parser(sub) -> None:
@@ -14,7 +14,10 @@ def add_parser(sub) -> None:
     sv.add_argument("--port", type=int_range(1, 65535), default=8000, help="port to listen on")
     sv.add_argument("--batch-size", type=positive_int, default=32, help="inputs per model call (dynamic batching)")
     sv.add_argument(
-        "--max-wait-ms", type=positive_float, default=5.0, help="how long a request waits for others to batch with"
+        "--max-wait-ms",
+        type=non_negative_float,
+        default=0.0,
+        help="how long a group waits for more requests (0: none; those arriving while the model runs join the next)",
     )
     sv.add_argument("--max-texts", type=positive_int, default=256, help="inputs per request (more: 413)")
     sv.add_argument("--max-body-bytes", type=positive_int, default=1_000_000, help="request body limit (more: 413)")

@@ -36,7 +36,7 @@ class ServeSettings(BaseModel):
     """The server's limits and batching knobs (`bertzoo serve` flags)."""
 
     max_batch: int = 32  # inputs per model call
-    max_wait_ms: float = 5.0  # how long the first request of a group waits for company
+    max_wait_ms: float = 0.0  # how long a group waits for more requests (0: none; busy time gathers them anyway)
     max_texts: int = 256  # inputs per request
     max_body_bytes: int = 1_000_000
 

@@ -1,9 +1,10 @@
 """Dynamic batching: concurrent requests are grouped into one model call.
 
-Requests wait in a queue. One worker takes the first, then keeps taking more until the group holds `max_batch`
-inputs or `max_wait_s` has passed since the first arrived, and runs the group in one call on a worker thread (the
-event loop keeps accepting requests meanwhile). Requests of different kinds or options in the same group run as
-one call per kind. Each request gets back its own slice of the results, or the error its call raised.
+Requests wait in a queue. One worker takes the first, with every request already queued behind it, and waits up to
+`max_wait_s` for more until the group holds `max_batch` inputs; it runs the group in one call on a worker thread (the
+event loop keeps accepting requests meanwhile). With no wait (the default), a lone request runs at once and the
+requests that arrive while the model is busy form the next group. Requests of different kinds or options in the
+same group run as one call per kind. Each request gets back its own slice of the results, or the error its call raised.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class BatchStats:
 class Batcher:
     """Groups submitted requests into calls of `run` (see the module doc). Start it inside the event loop."""
 
-    def __init__(self, run: RunFn, max_batch: int = 32, max_wait_s: float = 0.005) -> None:
+    def __init__(self, run: RunFn, max_batch: int = 32, max_wait_s: float = 0.0) -> None:
         self.run = run
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
@@ -80,6 +81,7 @@ class Batcher:
         while size < self.max_batch:
             left = deadline - asyncio.get_running_loop().time()
             try:
+                # What is already queued joins at once; with time left, the group also waits for more.
                 job = self._queue.get_nowait() if left <= 0 else await asyncio.wait_for(self._queue.get(), left)
             except (asyncio.QueueEmpty, TimeoutError):
                 break

@@ -347,7 +347,8 @@ def batched_logits(
     order = np.argsort(dataset.lengths, kind="stable")
     out: list[np.ndarray | None] = [None] * len(dataset)
     was_training = model.training
-    model.eval()
+    if was_training:  # switching walks every module: skipped for a model already in eval mode (a server's)
+        model.eval()
     try:
         with torch.inference_mode():
             for start in range(0, len(order), batch_size):
@@ -357,5 +358,6 @@ def batched_logits(
                 for j, i in enumerate(chunk):
                     out[int(i)] = logits[j]
     finally:
-        model.train(was_training)
+        if was_training:
+            model.train()
     return out  # type: ignore[return-value]

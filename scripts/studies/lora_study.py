@@ -49,13 +49,15 @@ LR = {
 }
 
 
-def run_dir(out: Path, task: str, method: str, seed: int) -> Path:
-    return out / f"{task}-{method}-seed{seed}"
+def run_dir(out: Path, task: str, method: str, seed: int, lr: float | None = None) -> Path:
+    """A run's directory; a learning rate other than the table's is part of its name."""
+    rate = "" if lr is None or lr == LR[method][task] else f"-lr{lr:g}"
+    return out / f"{task}-{method}{rate}-seed{seed}"
 
 
 def run(task: str, method: str, seed: int, out: Path, examples: int, epochs: float, lr: float, model: str) -> Path:
     """One fine-tuning run (reused when it finished); its output directory."""
-    directory = run_dir(out, task, method, seed)
+    directory = run_dir(out, task, method, seed, lr)
     if (directory / "report.json").is_file() and (directory / "model" / "config.json").is_file():
         return directory
     overrides = {
@@ -158,6 +160,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=float, default=2)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     ap.add_argument("--out", type=Path, default=Path("runs/lora_study"))
+    ap.add_argument("--peft-lr", type=float, default=None, help="LoRA's and the adapters' learning rate (default 1e-3)")
     ap.add_argument(
         "--zh-model",
         default="runs/domain_adapt/zh/c-300steps-seed0/final",
@@ -170,7 +173,7 @@ def main() -> None:
     for task in args.tasks:
         for method in args.methods:
             for seed in args.seeds:
-                lr = LR[method][task]
+                lr = args.peft_lr if args.peft_lr and method != "full" else LR[method][task]
                 model = args.zh_model if task == "chinese-sentiment" else "builtin:all-minilm-l6-v2"
                 directory = run(task, method, seed, args.out, args.max_train_examples, args.epochs, lr, model)
                 row = {**result(task, method, seed, directory), "lr": lr, "model": model}
