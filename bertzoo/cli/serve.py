@@ -24,7 +24,10 @@ def add_parser(sub) -> None:
     sv.add_argument("--max-length", type=int_range(3), default=128, help="/embed: tokens per text")
     sv.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     sv.add_argument(
-        "--precision", choices=["auto", "fp32", "bf16"], default="auto", help="/embed: auto = bf16 where native"
+        "--precision",
+        choices=["auto", "fp32", "bf16"],
+        default="auto",
+        help="/predict and /embed: auto = bf16 where the device runs it natively",
     )
     sv.add_argument("--int8", action="store_true", help="int8 linear layers (dynamic quantization; CPU only)")
     sv.add_argument(

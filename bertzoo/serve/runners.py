@@ -7,11 +7,14 @@
 * a left-to-right LM (GPT): `/generate` (what `bertzoo generate` writes) and `/embed`;
 * any other encoder: `/embed` (mean pooling unless the model says otherwise).
 
-Every call runs under inference mode on the runner's device; `int8` quantizes the linear layers (CPU only).
+Every call runs under inference mode on the runner's device, `/predict` and `/embed` in the runner's precision
+(`auto`: bf16 where the device runs it natively; `/generate` decodes in fp32, as `bertzoo generate` does); `int8`
+quantizes the linear layers (CPU only, fp32 activations).
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,8 +56,16 @@ class Runner:
         renames = {src: dst for src, dst in renames.items() if src and src != dst}
         if renames:
             inputs = [{renames.get(k, k): v for k, v in item.items()} for item in inputs]
-        with torch.inference_mode():
+        with torch.inference_mode(), self._autocast():
             return self.task.predict(self.model, inputs)
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        """bf16 autocast when the runner's precision is bf16 (`auto` on a device that runs it natively)."""
+        from bertzoo.precision import autocast_dtype
+
+        dtype = autocast_dtype(self.precision)
+        device = next(self.encoder.parameters()).device.type if self.encoder is not None else "cpu"
+        return torch.autocast(device, dtype=dtype) if dtype is not None else contextlib.nullcontext()
 
     def run_embed(self, texts: list[str], normalize: bool | None) -> np.ndarray:
         """(texts, hidden) float32 sentence vectors, in order."""
@@ -89,7 +100,7 @@ def load_runner(
     model: str | Path, *, device: str = "auto", int8: bool = False, max_length: int = 128, precision: str = "auto"
 ) -> Runner:
     """The `Runner` of a model directory (or builtin:NAME, hf:ID), on `device`, in eval mode. `precision` of
-    /embed: auto is bf16 where the device runs it natively (`bertzoo.precision`)."""
+    /predict and /embed: auto is bf16 where the device runs it natively (`bertzoo.precision`)."""
     from bertzoo.data.tokens.tokenizer import Tokenizer
     from bertzoo.engine.devices import resolve_device
     from bertzoo.loading import load_encoder, load_finetuned, read_config, resolve
