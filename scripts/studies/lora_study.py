@@ -162,6 +162,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("runs/lora_study"))
     ap.add_argument("--peft-lr", type=float, default=None, help="LoRA's and the adapters' learning rate (default 1e-3)")
     ap.add_argument(
+        "--full-lr", type=float, default=None, help="full fine-tuning's learning rate (default: the table's)"
+    )
+    ap.add_argument(
         "--zh-model",
         default="runs/domain_adapt/zh/c-300steps-seed0/final",
         help="the model fine-tuned on chinese-sentiment (scripts/studies/domain_adapt.py writes this one)",
@@ -173,7 +176,11 @@ def main() -> None:
     for task in args.tasks:
         for method in args.methods:
             for seed in args.seeds:
-                lr = args.peft_lr if args.peft_lr and method != "full" else LR[method][task]
+                lr = LR[method][task]
+                if method == "full" and args.full_lr:
+                    lr = args.full_lr
+                elif method != "full" and args.peft_lr:
+                    lr = args.peft_lr
                 model = args.zh_model if task == "chinese-sentiment" else "builtin:all-minilm-l6-v2"
                 directory = run(task, method, seed, args.out, args.max_train_examples, args.epochs, lr, model)
                 row = {**result(task, method, seed, directory), "lr": lr, "model": model}
