@@ -16,6 +16,7 @@ serve or that does not exist (404), a wrong method (405).
 from __future__ import annotations
 
 import json
+from concurrent.futures import Executor
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -121,8 +122,9 @@ def _add_error_handlers(app: FastAPI, runner: Runner) -> None:
         return _error(500, f"the server failed on this request ({type(exc).__name__}: {exc}); see its log")
 
 
-def create_app(runner: Runner, settings: ServeSettings | None = None) -> FastAPI:
-    """The FastAPI application serving `runner` with dynamic batching (see the module doc)."""
+def create_app(runner: Runner, settings: ServeSettings | None = None, executor: Executor | None = None) -> FastAPI:
+    """The FastAPI application serving `runner` with dynamic batching (see the module doc); model calls run on
+    `executor` (default: a worker thread of the batcher's own)."""
     settings = settings or ServeSettings()
 
     def run(kind: str, key: Any, items: list[Any]) -> list[Any]:
@@ -132,7 +134,7 @@ def create_app(runner: Runner, settings: ServeSettings | None = None) -> FastAPI
             return runner.run_predict(items)
         return runner.run_generate(items, json.loads(key))
 
-    batcher = Batcher(run, settings.max_batch, settings.max_wait_ms / 1000)
+    batcher = Batcher(run, settings.max_batch, settings.max_wait_ms / 1000, executor)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Callable, Hashable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,15 +46,19 @@ class BatchStats:
 class Batcher:
     """Groups submitted requests into calls of `run` (see the module doc). Start it inside the event loop."""
 
-    def __init__(self, run: RunFn, max_batch: int = 32, max_wait_s: float = 0.0) -> None:
+    def __init__(
+        self, run: RunFn, max_batch: int = 32, max_wait_s: float = 0.0, executor: Executor | None = None
+    ) -> None:
         self.run = run
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
         self.stats = BatchStats()
         self._queue: asyncio.Queue[_Job] | None = None
         self._worker: asyncio.Task | None = None
-        # One model call at a time: the model's own threads use the cores, and calls never interleave.
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bertzoo-model")
+        # One model call at a time: the model's own threads use the cores, and calls never interleave. The server
+        # passes an executor that runs them on the main thread (`bertzoo.serve.main_thread`).
+        self._owned = executor is None
+        self._executor = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="bertzoo-model")
 
     def start(self) -> None:
         self._queue = asyncio.Queue()
@@ -64,7 +68,8 @@ class Batcher:
         if self._worker is not None:
             self._worker.cancel()
             await asyncio.gather(self._worker, return_exceptions=True)
-        self._executor.shutdown(wait=True)
+        if self._owned:
+            self._executor.shutdown(wait=True)
 
     async def submit(self, kind: str, key: Hashable, items: list[Any]) -> list[Any]:
         """The results for `items`, computed in some group's call."""

@@ -7,13 +7,16 @@ On a signal the server stops accepting connections, `/ready` turns 503, the requ
 from __future__ import annotations
 
 import errno
+import signal
 import socket
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 from bertzoo.errors import ConfigError
 from bertzoo.serve.app import ServeSettings, create_app
+from bertzoo.serve.main_thread import MainThreadExecutor
 from bertzoo.serve.runners import load_runner, warm_up
 
 __all__ = ["serve"]
@@ -51,7 +54,8 @@ def serve(
     _check_port(host, port)
     runner = load_runner(model, device=device, int8=int8, max_length=max_length, precision=precision)
     warm_up(runner)
-    app = create_app(runner, settings)
+    executor = MainThreadExecutor()  # the model runs here, on the main thread; uvicorn's loop on its own thread
+    app = create_app(runner, settings, executor)
     config = uvicorn.Config(
         app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=drain_seconds, access_log=False
     )
@@ -66,12 +70,21 @@ def serve(
                     f"serving {runner.name} on {where} ({endpoints}; API at {where}/docs)", file=sys.stderr, flush=True
                 )
 
-        def handle_exit(self, sig: int, frame: Any) -> None:
-            app.state.draining = True  # /ready answers 503 from now on; requests in flight still finish
-            super().handle_exit(sig, frame)
-            # uvicorn re-raises the signal once shut down (exit status -15); a completed drain is a clean exit, 0.
-            getattr(self, "_captured_signals", []).clear()
-
     server = Server(config)
-    server.run()
-    return 0
+
+    def drain(sig: int, frame: Any) -> None:
+        app.state.draining = True  # /ready answers 503 from now on; requests in flight still finish
+        if server.should_exit and sig == signal.SIGINT:
+            server.force_exit = True  # a second Ctrl-C: stop now
+        server.should_exit = True  # uvicorn stops accepting, waits for requests in flight, then returns
+
+    # Signals reach the main thread only; uvicorn, on its own thread, leaves them to us. A completed drain exits 0.
+    previous = {sig: signal.signal(sig, drain) for sig in (signal.SIGTERM, signal.SIGINT)}
+    loop_thread = threading.Thread(target=server.run, name="bertzoo-serve-http", daemon=True)
+    try:
+        loop_thread.start()
+        executor.run_until(lambda: not loop_thread.is_alive())
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0 if server.started else 1
