@@ -166,6 +166,9 @@ def main() -> None:
     ap.add_argument(
         "--precision", choices=["auto", "fp32", "bf16"], default="fp32", help="bertzoo's (the pipeline's is fp32)"
     )
+    ap.add_argument(
+        "--max-wait-ms", type=float, default=0.0, help="bertzoo's group wait (`bertzoo serve --max-wait-ms`)"
+    )
     ap.add_argument("--workdir", default=None, help="keep the classifier here and reuse it (default: a temporary one)")
     ap.add_argument("--reference-server", nargs=2, metavar=("MODEL_DIR", "PORT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -194,7 +197,9 @@ def main() -> None:
                 str(port),
                 "--precision",
                 args.precision,
-            ],  # fmt: skip
+                "--max-wait-ms",
+                str(args.max_wait_ms),
+            ],
             "pipeline": lambda port: [sys.executable, __file__, "--reference-server", str(hf_dir), str(port)],
         }
         results: dict[str, dict[str, dict[str, float]]] = {}
