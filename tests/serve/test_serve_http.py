@@ -157,8 +157,10 @@ def test_generate_continues_prompts_as_bertzoo_generate_does(tmp_path):
 
 
 def test_sigterm_finishes_the_request_in_flight_then_exits_cleanly(classifier, tmp_path):
-    served = start(classifier, "--max-texts", "4096", "--max-body-bytes", "10000000", log=tmp_path / "serve.log")
-    long_texts = [" ".join(["the apple and a fig on the boat"] * 4)] * 4000
+    served = start(classifier, "--max-texts", "20000", "--max-body-bytes", "40000000", log=tmp_path / "serve.log")
+    # Enough work (12,000 texts of 30 tokens) to be in the model well after the signal. The signal is handled on
+    # the main thread between the model's Python steps, so no single step (tokenizing them all) may be long.
+    long_texts = [" ".join(["the apple and a fig on the boat"] * 4)] * 12000
 
     async def in_flight_then_term():
         async with httpx.AsyncClient(timeout=120) as client:
@@ -174,7 +176,7 @@ def test_sigterm_finishes_the_request_in_flight_then_exits_cleanly(classifier, t
             return answer, time.monotonic() - signalled
 
     answer, after_signal = asyncio.run(in_flight_then_term())
-    assert answer.status_code == 200 and len(answer.json()["predictions"]) == 4000
+    assert answer.status_code == 200 and len(answer.json()["predictions"]) == 12000
     assert after_signal > 0.3  # it was answered after the signal, not before
     assert served.process.wait(60) == 0
 
