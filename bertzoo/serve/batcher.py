@@ -99,38 +99,30 @@ class Batcher:
         while True:
             group = await self._collect()
             by_kind = itertools.groupby(sorted(group, key=lambda j: (j.kind, repr(j.key))), lambda j: (j.kind, j.key))
-            for (kind, key), jobs_iter in by_kind:
-                jobs = [j for j in jobs_iter if not j.future.cancelled()]  # a client that left needs nothing
-                items = [item for j in jobs for item in j.items]
-                if not items:
-                    continue
-                try:
-                    results = await loop.run_in_executor(self._executor, self.run, kind, key, items)
-                except Exception as exc:  # noqa: BLE001 - handed to the waiting requests, the worker goes on
-                    if len(jobs) == 1:
-                        jobs[0].future.done() or jobs[0].future.set_exception(exc)
-                        continue
-                    # One request's bad input must not fail the others grouped with it: each runs alone.
-                    for j in jobs:
-                        await self._run_alone(loop, j)
-                    continue
-                self._count(len(jobs), len(items))
-                start = 0
-                for j in jobs:
-                    if not j.future.done():
-                        j.future.set_result(list(results[start : start + len(j.items)]))
-                    start += len(j.items)
+            for (kind, key), jobs in by_kind:
+                await self._run(loop, kind, key, [j for j in jobs if not j.future.cancelled()])  # left: nothing owed
 
-    async def _run_alone(self, loop: asyncio.AbstractEventLoop, job: _Job) -> None:
-        try:
-            results = await loop.run_in_executor(self._executor, self.run, job.kind, job.key, job.items)
-        except Exception as exc:  # noqa: BLE001 - this request's own error
-            if not job.future.done():
-                job.future.set_exception(exc)
+    async def _run(self, loop: asyncio.AbstractEventLoop, kind: str, key: Hashable, jobs: list[_Job]) -> None:
+        """One call for every input of `jobs`, each job getting its slice; on an error, a lone job gets the error
+        and a group runs again job by job, so one request's bad input never fails the others."""
+        items = [item for j in jobs for item in j.items]
+        if not items:
             return
-        self._count(1, len(job.items))
-        if not job.future.done():
-            job.future.set_result(list(results))
+        try:
+            results = await loop.run_in_executor(self._executor, self.run, kind, key, items)
+        except Exception as exc:  # noqa: BLE001 - handed to the waiting request, the worker goes on
+            if len(jobs) > 1:
+                for j in jobs:
+                    await self._run(loop, kind, key, [j])
+            elif not jobs[0].future.done():
+                jobs[0].future.set_exception(exc)
+            return
+        self._count(len(jobs), len(items))
+        start = 0
+        for j in jobs:
+            if not j.future.done():
+                j.future.set_result(list(results[start : start + len(j.items)]))
+            start += len(j.items)
 
     def _count(self, requests: int, inputs: int) -> None:
         s = self.stats

@@ -25,9 +25,7 @@ from torch import nn
 
 from bertzoo.errors import ConfigError
 
-__all__ = ["ENDPOINTS", "Runner", "load_runner"]
-
-ENDPOINTS = ("predict", "embed", "generate")
+__all__ = ["Runner", "load_runner"]
 
 
 @dataclass
@@ -51,13 +49,10 @@ class Runner:
     def run_predict(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Predictions for inputs with the training data's field names ({"text", "text_pair"} ...), as `bertzoo
         predict` makes them (a classifier's configured text columns read as text and text_pair)."""
-        d = self.task.cfg.data
-        renames = {d.text_column: "text", d.text_pair_column: "text_pair"} if self.task.name == "classification" else {}
-        renames = {src: dst for src, dst in renames.items() if src and src != dst}
-        if renames:
-            inputs = [{renames.get(k, k): v for k, v in item.items()} for item in inputs]
+        from bertzoo.train.evaluate import predict_inputs
+
         with torch.inference_mode(), self._autocast():
-            return self.task.predict(self.model, inputs)
+            return self.task.predict(self.model, predict_inputs(self.task, inputs))
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         """bf16 autocast when the runner's precision is bf16 (`auto` on a device that runs it natively)."""

@@ -69,6 +69,16 @@ def last_token(seq: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     return seq[torch.arange(seq.size(0), device=seq.device), last]
 
 
+def pool_states(seq: torch.Tensor, mask: torch.Tensor | None, pooling: str) -> torch.Tensor:
+    """(batch, dim) sentence vectors of (batch, seq, dim) states: the mean over real tokens, the last real token or
+    the first ([CLS]) one, for `pooling` "mean", "last" or "cls"."""
+    if pooling == "mean":
+        return masked_mean(seq, mask)
+    if pooling == "last":
+        return last_token(seq, mask)
+    return seq[:, 0]
+
+
 class LMTerm(NamedTuple):
     """The auxiliary next-token loss of a causal task model: its mean, metrics and their counts."""
 
@@ -226,14 +236,10 @@ class TaskModel(nn.Module):
         else:
             top = out.hidden_states[-self.feature_layers :]
             seq = self.mix(top) if self.mix is not None else torch.cat(top, dim=-1)
-        if self.pooling == "mean":
-            sentence = masked_mean(seq, mask)
-        elif self.pooling == "last":
-            sentence = last_token(seq, mask)
-        else:
-            # Plain fine-tuning reads the pooler (as BERT's classifiers do); feature mixes and a backbone without
-            # a pooler read [CLS] itself.
-            sentence = out.pooler_output if pooled and out.pooler_output is not None else seq[:, 0]
+        if pooled and out.pooler_output is not None:
+            sentence = out.pooler_output  # plain fine-tuning on [CLS] reads the pooler, as BERT's classifiers do
+        else:  # a feature mix and a backbone without a pooler read [CLS] itself
+            sentence = pool_states(seq, mask, self.pooling)
         lm = None
         # Training only: GPT's L3 = L2 + lambda L1 is what is optimised; evaluation scores the task alone.
         if with_lm and self.lm_head is not None and self.training and batch.labels is not None:

@@ -33,13 +33,12 @@ from bertzoo.data.tasks.pairs import check_layout
 from bertzoo.errors import ConfigError, DataError
 from bertzoo.metrics.classification import pearson, spearman
 from bertzoo.metrics.retrieval import rank_documents, retrieval_metrics
-from bertzoo.nn.masks import masked_mean
 from bertzoo.objectives.base import ObjectiveOutput
 from bertzoo.objectives.contrastive import cosent_loss, multiple_negatives_ranking_loss
-from bertzoo.tasks.base import EvalResult, FeatureDataset, Task, TaskModel, batched_logits, last_token
+from bertzoo.tasks.base import EvalResult, FeatureDataset, Task, TaskModel, batched_logits, pool_states
 from bertzoo.tasks.common import PAD_MULTIPLE, attention_from_lengths, eval_batch_size, example_index, load_split
 
-__all__ = ["EmbeddingModel", "EmbeddingTask", "embedding_pooling"]
+__all__ = ["EmbeddingModel", "EmbeddingTask", "embedding_pooling", "retrieval_corpus"]
 
 SIDES = ("query", "positive", "negative")
 RETRIEVAL_METRIC, STS_METRIC = "ndcg_at_10", "spearman"
@@ -53,6 +52,18 @@ def embedding_pooling(pooling: str, encoder: nn.Module) -> str:
     if pooling == "cls" and getattr(encoder.config, "causal", False):
         raise ConfigError("technique.pooling=cls on a left-to-right model reads a token that has seen only itself")
     return pooling
+
+
+def retrieval_corpus(examples: list[dict[str, Any]]) -> tuple[list[str], list[str], list[set[int]]]:
+    """(distinct queries, distinct documents: every positive and negative, relevant document indices per query):
+    a query's relevant documents are all the positives given with it."""
+    queries = list(dict.fromkeys(ex["query"] for ex in examples))
+    documents = list(dict.fromkeys(d for ex in examples for d in (ex["positive"], ex.get("negative")) if d))
+    doc_index = {d: i for i, d in enumerate(documents)}
+    relevant: dict[str, set[int]] = {q: set() for q in queries}
+    for ex in examples:
+        relevant[ex["query"]].add(doc_index[ex["positive"]])
+    return queries, documents, [relevant[q] for q in queries]
 
 
 class EmbeddingModel(TaskModel):
@@ -73,12 +84,7 @@ class EmbeddingModel(TaskModel):
         """(batch, hidden) sentence vectors of (batch, seq) token ids."""
         extra = {"pool": False} if self.poolable else {}  # the sentence vector never reads a pooler
         seq = self.encoder(ids, mask, **extra).last_hidden_state  # (batch, seq, hidden)
-        if self.pooling == "mean":
-            vectors = masked_mean(seq, mask)
-        elif self.pooling == "last":
-            vectors = last_token(seq, mask)
-        else:
-            vectors = seq[:, 0]
+        vectors = pool_states(seq, mask, self.pooling)
         return F.normalize(vectors, dim=-1) if self.normalize else vectors
 
     def forward(self, batch: Batch) -> ObjectiveOutput:
@@ -210,20 +216,15 @@ class EmbeddingTask(Task):
             metrics = {"pearson": pearson(gold, cosine), "spearman": spearman(gold, cosine)}
             predictions = [{"cosine": float(c), "gold": float(g)} for c, g in zip(cosine, gold, strict=True)]
             return EvalResult(metrics=metrics, predictions=predictions, report={"n_pairs": len(examples)})
-        queries = list(dict.fromkeys(ex["query"] for ex in examples))
-        documents = list(dict.fromkeys(d for ex in examples for d in (ex["positive"], ex.get("negative")) if d))
-        doc_index = {d: i for i, d in enumerate(documents)}
-        relevant: dict[str, set[int]] = {q: set() for q in queries}
-        for ex in examples:
-            relevant[ex["query"]].add(doc_index[ex["positive"]])
+        queries, documents, relevant = retrieval_corpus(examples)
         q = _unit(self.vectors(model, queries, self._query_len(False)))
         d = _unit(self.vectors(model, documents, self.cfg.data.max_seq_len))
         scores = q @ d.T  # (queries, documents) cosines
-        metrics = retrieval_metrics(scores, [relevant[x] for x in queries])
+        metrics = retrieval_metrics(scores, relevant)
         top = rank_documents(scores, 10)
         predictions = [
-            {"query": x, "top10": [int(j) for j in row], "relevant": sorted(relevant[x])}
-            for x, row in zip(queries, top, strict=True)
+            {"query": x, "top10": [int(j) for j in row], "relevant": sorted(r)}
+            for x, row, r in zip(queries, top, relevant, strict=True)
         ]
         report = {"n_queries": len(queries), "n_documents": len(documents)}
         return EvalResult(metrics=metrics, predictions=predictions, report=report)

@@ -19,8 +19,8 @@ from tqdm.auto import tqdm
 
 from bertzoo.batch import pad_batch
 from bertzoo.errors import ConfigError, DataError
-from bertzoo.nn.masks import masked_mean
 from bertzoo.precision import autocast_dtype, resolve_precision
+from bertzoo.tasks.base import pool_states
 
 Pooling = Literal["cls", "mean", "pooler", "last"]
 
@@ -71,12 +71,8 @@ def encode(
                 result = encoder(input_ids, mask)
                 if pooling == "pooler":
                     vec = result.pooler_output
-                elif pooling == "cls":
-                    vec = result.last_hidden_state[:, 0]
-                elif pooling == "last":
-                    vec = result.last_hidden_state[torch.arange(len(chunk)), mask.sum(-1) - 1]
                 else:
-                    vec = masked_mean(result.last_hidden_state, mask)
+                    vec = pool_states(result.last_hidden_state, mask, pooling)
                 out[chunk] = vec.float().cpu().numpy()
     finally:
         encoder.train(was_training)
@@ -109,16 +105,13 @@ def read_texts(path: str | Path, field: str = "text") -> list[str]:
     return texts
 
 
-# sentence-transformers' pooling modes that bertzoo computes alike.
-_ST_POOLING = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls", "pooling_mode_lasttoken": "last"}
-
-
 def saved_pooling(directory: str | Path) -> tuple[Pooling, bool]:
     """(pooling, normalize) a model is meant to be read with: what it was fine-tuned for (task: embedding, in its
     config.json), or what a sentence-transformers directory says (`1_Pooling`, a `Normalize` module), else the
     mean over real tokens, not normalised."""
     import json
 
+    from bertzoo.interop.sentence_transformers import POOLING_MODES
     from bertzoo.loading import read_config
 
     raw, _, _ = read_config(directory)
@@ -132,8 +125,9 @@ def saved_pooling(directory: str | Path) -> tuple[Pooling, bool]:
             modes = [k for k, on in json.loads(pooling_file.read_text(encoding="utf-8")).items() if on is True]
         except (ValueError, AttributeError, OSError):
             return "mean", False  # an unreadable sentence-transformers config: the plain default
-        if len(modes) == 1 and modes[0] in _ST_POOLING:
-            return _ST_POOLING[modes[0]], any(k.endswith("Normalize") for k in kinds)  # type: ignore[return-value]
+        ours = {key: name for name, key in POOLING_MODES.items()}  # the pooling modes bertzoo computes alike
+        if len(modes) == 1 and modes[0] in ours:
+            return ours[modes[0]], any(k.endswith("Normalize") for k in kinds)  # type: ignore[return-value]
     return "mean", False
 
 

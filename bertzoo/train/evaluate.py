@@ -99,6 +99,15 @@ def read_jsonl(path: Path):
             yield n, record
 
 
+def predict_inputs(task: Any, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Prediction inputs in the task's own field names: a classifier trained on other text columns
+    (data.text_column / text_pair_column) reads them as `text` / `text_pair`, as its training data was."""
+    d = task.cfg.data
+    renames = {d.text_column: "text", d.text_pair_column: "text_pair"} if task.cfg.task == "classification" else {}
+    renames = {src: dst for src, dst in renames.items() if src and src != dst}
+    return [{renames.get(k, k): v for k, v in r.items()} for r in records] if renames else records
+
+
 def predict_file(
     model_dir: str | Path,
     input_path: str | Path,
@@ -119,13 +128,10 @@ def predict_file(
         raise ConfigError(f"--batch-size must be >= 1, got {batch_size}")
     task, model, _ = load_finetuned(model_dir, {**(overrides or {}), "train": {"eval_batch_size": batch_size}})
     model = _int8(to_device(model, device), int8)
-    d = task.cfg.data
-    renames = {d.text_column: "text", d.text_pair_column: "text_pair"} if task.cfg.task == "classification" else {}
-    renames = {src: dst for src, dst in renames.items() if src and src != dst}
 
     def predict(records: list[tuple[int, dict[str, Any]]]) -> list[dict[str, Any]]:
         # `source` ("path:line", as the training readers set it) lets the task's input checks name the line.
-        inputs = [{**{renames.get(k, k): v for k, v in r.items()}, "source": f"{input_path}:{n}"} for n, r in records]
+        inputs = predict_inputs(task, [{**r, "source": f"{input_path}:{n}"} for n, r in records])
         return task.predict(model, inputs)
 
     return map_jsonl(input_path, output_path, predict, chunk_size=chunk_size, what="predict")

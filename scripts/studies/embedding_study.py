@@ -38,6 +38,7 @@ from bertzoo.data.tokens.tokenizer import Tokenizer
 from bertzoo.loading import load_encoder, resolve
 from bertzoo.metrics.retrieval import retrieval_metrics
 from bertzoo.precision import cpu_capability, resolve_precision
+from bertzoo.tasks.embedding import retrieval_corpus
 from bertzoo.train.embed import encode
 from bertzoo.train.finetune import finetune, training_subset
 from bertzoo.train.suite import start_overrides
@@ -50,16 +51,10 @@ METRICS = ("recall_at_1", "recall_at_5", "recall_at_10", "mrr_at_10", "ndcg_at_1
 def score(vectors_of, split: str) -> dict[str, float]:
     """Retrieval metrics of `vectors_of(texts, max_length)` (unit vectors) on a wiki-retrieval split: each distinct
     description searches all the split's leads; every lead given with it is relevant."""
-    examples = load_builtin_task("wiki-retrieval", split)
-    queries = list(dict.fromkeys(ex["query"] for ex in examples))
-    documents = list(dict.fromkeys(ex["positive"] for ex in examples))
-    where = {d: i for i, d in enumerate(documents)}
-    relevant: dict[str, set[int]] = {q: set() for q in queries}
-    for ex in examples:
-        relevant[ex["query"]].add(where[ex["positive"]])
+    queries, documents, relevant = retrieval_corpus(load_builtin_task("wiki-retrieval", split))
     q = vectors_of(queries, RECIPE["query_len"])
     d = vectors_of(documents, RECIPE["doc_len"])
-    return retrieval_metrics(q @ d.T, [relevant[x] for x in queries])
+    return retrieval_metrics(q @ d.T, relevant)
 
 
 def bertzoo_vectors(model: str):
