@@ -16,8 +16,9 @@ def add_parser(sub) -> None:
     sv.add_argument(
         "--max-wait-ms",
         type=non_negative_float,
-        default=0.0,
-        help="how long a group waits for more requests (0: none; those arriving while the model runs join the next)",
+        default=2.0,
+        help="how long a group may wait for the requests the recent load says are coming (a lone client's never "
+        "waits; 0: no wait, those arriving while the model runs join the next group)",
     )
     sv.add_argument("--max-texts", type=positive_int, default=256, help="inputs per request (more: 413)")
     sv.add_argument("--max-body-bytes", type=positive_int, default=1_000_000, help="request body limit (more: 413)")

@@ -37,7 +37,7 @@ class ServeSettings(BaseModel):
     """The server's limits and batching knobs (`bertzoo serve` flags)."""
 
     max_batch: int = 32  # inputs per model call
-    max_wait_ms: float = 0.0  # how long a group waits for more requests (0: none; busy time gathers them anyway)
+    max_wait_ms: float = 2.0  # how long a group may wait for the requests the recent load says are coming
     max_texts: int = 256  # inputs per request
     max_body_bytes: int = 1_000_000
 

@@ -99,7 +99,7 @@ def load_runner(
     from bertzoo.data.tokens.tokenizer import Tokenizer
     from bertzoo.engine.devices import resolve_device
     from bertzoo.loading import load_encoder, load_finetuned, read_config, resolve
-    from bertzoo.precision import resolve_precision
+    from bertzoo.precision import inference_weights, resolve_precision
     from bertzoo.train.embed import saved_pooling
     from bertzoo.train.evaluate import to_device
 
@@ -111,13 +111,13 @@ def load_runner(
     pooling, normalize = saved_pooling(directory)
     precision = "fp32" if int8 else resolve_precision(precision, target)  # quantized linears take fp32
 
-    def ready(module: nn.Module) -> nn.Module:
+    def ready(module: nn.Module, weights: str = precision) -> nn.Module:
         module = to_device(module, str(target)).eval()
         if int8:
             from bertzoo.interop.int8 import quantize_int8
 
             module = quantize_int8(module)
-        return module
+        return inference_weights(module, weights)  # /predict and /embed run under autocast: the same outputs
 
     head = raw.get("task")
     if isinstance(head, dict) and "task" in head:
@@ -146,7 +146,7 @@ def load_runner(
     if config.causal:
         from bertzoo.train.generate import causal_lm, generation_config
 
-        lm = ready(causal_lm(directory))
+        lm = ready(causal_lm(directory), "fp32")  # /generate decodes in fp32 with the same weights
         return Runner(
             name=str(directory),
             kind="causal-lm",

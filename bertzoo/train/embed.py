@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from bertzoo.batch import pad_batch
 from bertzoo.errors import ConfigError, DataError
-from bertzoo.precision import autocast_dtype, resolve_precision
+from bertzoo.precision import autocast_dtype, inference_weights, resolve_precision
 from bertzoo.tasks.base import pool_states
 
 Pooling = Literal["cls", "mean", "pooler", "last"]
@@ -162,20 +162,22 @@ def embed_file(
     own_pooling, own_normalize = saved_pooling(directory)
     pooling = own_pooling if pooling == "auto" else pooling
     normalize = own_normalize if normalize is None else normalize
-    encoder = load_encoder(directory).to(resolve_device(device))
+    target = resolve_device(device)
+    encoder = load_encoder(directory).to(target)
+    precision = "fp32" if int8 else resolve_precision("auto", target)  # quantized linears take fp32 activations
     if int8:
         from bertzoo.interop.int8 import quantize_int8
 
         encoder = quantize_int8(encoder)
     vectors = encode(
-        encoder,
+        inference_weights(encoder, precision),
         Tokenizer.load(directory),
         texts,
         batch_size=batch_size,
         max_length=max_length,
         pooling=pooling,
         normalize=normalize,
-        precision="fp32" if int8 else "auto",  # quantized linears take fp32 activations
+        precision=precision,
         progress=True,
     )
 
