@@ -179,7 +179,9 @@ def main() -> None:
     ap.add_argument("--out", default="runs/embedding_study")
     ap.add_argument("--examples", type=int, default=4000, help="training pairs (a fixed subset)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    ap.add_argument("--mini", default="runs/emb_mini/pretrain/final", help="a pretrained bertzoo BERT-mini ('' = skip)")
+    ap.add_argument(
+        "--mini", default="runs/emb_mini/pretrain4k/final", help="a pretrained bertzoo BERT-mini ('' = skip)"
+    )
     ap.add_argument("--mini-lrs", type=float, nargs="+", default=[2e-4, 1e-3])
     ap.add_argument("--arms", nargs="+", default=["minilm", "mini"], choices=["minilm", "mini"])
     ap.add_argument("--threads", type=int, default=2)
