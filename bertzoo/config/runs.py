@@ -333,6 +333,9 @@ class EmbeddingConfig:
     normalize: bool = True  # the saved model gives unit vectors (cosine = dot product)
     # mnrl: also pick each query out of the batch for its document (the loss averaged over both directions).
     symmetric: bool = False
+    # mnrl under torchrun: the negatives are every process's batch, so the run trains as one process with the global
+    # batch would (false: each process's own batch only, as sentence-transformers does by default).
+    gather: bool = True
 
 
 @dataclass

@@ -1,13 +1,35 @@
 """Losses that train sentence vectors: in-batch negatives (multiple-negatives ranking, InfoNCE) for pairs and
 triplets, and CoSENT for pairs with a similarity score. Both score by cosine x `scale` (1 / temperature), in
-fp32 whatever the autocast dtype, as sentence-transformers' losses of the same names do."""
+fp32 whatever the autocast dtype, as sentence-transformers' losses of the same names do.
+
+Under torchrun, multiple-negatives ranking can take its negatives from every process's batch (`gather`): each
+query then picks its positive among the global batch's documents, and with DDP's gradient averaging the run
+trains exactly as one process with the global batch would, whatever the number of processes."""
 
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
-__all__ = ["cosent_loss", "cosine_matrix", "multiple_negatives_ranking_loss"]
+__all__ = ["cosent_loss", "cosine_matrix", "gather_rows", "multiple_negatives_ranking_loss"]
+
+
+def gather_rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(every process's rows of x, in rank order; where this process's rows start), differentiable: the gradient
+    reaching another process's copy of these rows flows back to them here. Ranks may hold different numbers of
+    rows. In a single process: (x, 0)."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return x, 0
+    import torch.distributed.nn.functional as dist_nn
+
+    sizes = [torch.zeros(1, dtype=torch.long, device=x.device) for _ in range(dist.get_world_size())]
+    dist.all_gather(sizes, torch.tensor([x.size(0)], device=x.device))
+    counts = [int(n) for n in sizes]
+    padded = F.pad(x, (0, 0, 0, max(counts) - x.size(0)))  # all_gather needs equal shapes
+    parts = dist_nn.all_gather(padded)
+    rank = dist.get_rank()
+    return torch.cat([p[:n] for p, n in zip(parts, counts, strict=True)]), sum(counts[:rank])
 
 
 def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -22,18 +44,29 @@ def multiple_negatives_ranking_loss(
     *,
     scale: float = 20.0,
     symmetric: bool = False,
+    gather: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss, accuracy) of picking each query's positive among every document of the batch.
 
     Query i's candidates are all positives (row i is its own, the others in-batch negatives) and, when given,
     all hard negatives: cross-entropy over scale x cosine (batch, batch or 2 x batch). `symmetric` adds the
-    other direction, each positive picking its query among the queries, and averages the two."""
-    documents = positives if negatives is None else torch.cat([positives, negatives])
+    other direction, each positive picking its query among the queries, and averages the two. `gather`: the
+    candidates are every process's (`gather_rows`), all positives first, then all hard negatives, so the columns
+    are those of one process holding the global batch."""
+    offset = 0
+    all_positives, all_negatives, all_queries = positives, negatives, queries
+    if gather:
+        all_positives, offset = gather_rows(positives)
+        if negatives is not None:
+            all_negatives, _ = gather_rows(negatives)
+        if symmetric:
+            all_queries, _ = gather_rows(queries)
+    documents = all_positives if all_negatives is None else torch.cat([all_positives, all_negatives])
     logits = scale * cosine_matrix(queries, documents)  # (batch, documents)
-    target = torch.arange(queries.size(0), device=queries.device)
+    target = torch.arange(queries.size(0), device=queries.device) + offset
     loss = F.cross_entropy(logits, target)
     if symmetric:
-        loss = (loss + F.cross_entropy(logits[:, : positives.size(0)].T, target)) / 2
+        loss = (loss + F.cross_entropy(scale * cosine_matrix(positives, all_queries), target)) / 2
     with torch.no_grad():
         accuracy = (logits.argmax(-1) == target).float().mean()
     return loss, accuracy

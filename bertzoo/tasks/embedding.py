@@ -75,6 +75,7 @@ class EmbeddingModel(TaskModel):
         self.normalize = embedding.normalize
         self.scale = float(embedding.scale)
         self.symmetric = embedding.symmetric
+        self.gather = embedding.gather
         self.loss = loss
         pooler = getattr(encoder, "pooler", None)
         if pooler is not None:  # never read: frozen, so no process waits for its gradients (DDP)
@@ -102,7 +103,12 @@ class EmbeddingModel(TaskModel):
         if "negative_ids" in batch.extra:
             negatives = self.embed(batch.extra["negative_ids"], batch.extra["negative_mask"])
         loss, accuracy = multiple_negatives_ranking_loss(
-            queries, positives, negatives, scale=self.scale, symmetric=self.symmetric
+            queries,
+            positives,
+            negatives,
+            scale=self.scale,
+            symmetric=self.symmetric,
+            gather=self.gather and self.training,
         )
         n = torch.tensor(queries.size(0), device=queries.device)
         metrics = {"loss": loss.detach(), "acc": accuracy}

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,18 +13,17 @@ import torch
 from scipy.stats import pearsonr, spearmanr
 
 from bertzoo.cli import main
-from bertzoo.config import EmbeddingConfig, TaskDataConfig
+from bertzoo.config import EmbeddingConfig
 from bertzoo.data.tasks.readers import read_examples
 from bertzoo.errors import ConfigError, DataError
 from bertzoo.loading import load_finetuned
 from bertzoo.objectives.contrastive import cosent_loss, multiple_negatives_ranking_loss
 from bertzoo.train.finetune import finetune
 
-from helpers.finetune import FILLER, WORDS_A, WORDS_B, WORDS_C, tiny_finetune_config, write_task_files
+from helpers.embedding import CONTENT, embedding_config, write_retrieval
+from helpers.finetune import WORDS_A, WORDS_B, write_task_files
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-CONTENT = [*WORDS_A, *WORDS_B, *WORDS_C]
 
 
 def _cos(a: np.ndarray, b: np.ndarray) -> float:
@@ -77,35 +75,6 @@ def test_the_three_layouts_read_from_jsonl_and_csv(tmp_path):
         bad.write_text(json.dumps(line) + "\n")
         with pytest.raises(DataError, match=message):
             read_examples(bad, "pairs")
-
-
-def retrieval_rows(n: int, seed: int) -> list[dict[str, str]]:
-    """A content word is the query; its document is filler with that word (the only content word) inside."""
-    r = random.Random(seed)
-    rows = []
-    for _ in range(n):
-        word = r.choice(CONTENT)
-        words = [r.choice(FILLER) for _ in range(r.randint(4, 12))]
-        words.insert(r.randrange(len(words) + 1), word)
-        rows.append({"query": word, "positive": " ".join(words)})
-    return rows
-
-
-def write_retrieval(root: Path) -> dict[str, str]:
-    paths = write_task_files(root)  # for its tokenizer
-    for split, (n, seed) in {"train": (320, 0), "dev": (60, 1), "test": (60, 2)}.items():
-        path = root / f"{split}-pairs.jsonl"
-        path.write_text("".join(json.dumps(x) + "\n" for x in retrieval_rows(n, seed)))
-        paths[split] = str(path)
-    return paths
-
-
-def embedding_config(paths, out, **train):
-    cfg = tiny_finetune_config(paths, out, **{"epochs": 4, "lr": 3e-3, **train})
-    cfg.task = "embedding"
-    cfg.data = TaskDataConfig(train=paths["train"], dev=paths["dev"], test=paths["test"], max_seq_len=32)
-    cfg.data.max_query_len = 8
-    return cfg
 
 
 @pytest.fixture(scope="module")
