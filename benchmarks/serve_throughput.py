@@ -15,6 +15,7 @@ level (the headline: 8 in flight), with the ratio of each turn. The last line is
     python benchmarks/serve_throughput.py --quick     # under a minute of measuring on 2 CPU cores
     python benchmarks/serve_throughput.py --seconds 20
     python benchmarks/serve_throughput.py --precision fp32
+    python benchmarks/serve_throughput.py --reference no-wait    # bertzoo with its group wait against without
 """
 
 from __future__ import annotations
@@ -203,6 +204,12 @@ def main() -> None:
     ap.add_argument(
         "--max-wait-ms", type=float, default=2.0, help="bertzoo's group wait (`bertzoo serve --max-wait-ms`)"
     )
+    ap.add_argument(
+        "--reference",
+        choices=["pipeline", "no-wait"],
+        default="pipeline",
+        help="the other side: the pipeline server, or bertzoo itself with --max-wait-ms 0 (what the group wait buys)",
+    )
     ap.add_argument("--workdir", default=None, help="keep the classifier here and reuse it (default: a temporary one)")
     ap.add_argument("--reference-server", nargs=2, metavar=("MODEL_DIR", "PORT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -220,21 +227,17 @@ def main() -> None:
         work = Path(args.workdir or tmp)
         done = (work / "hf" / "config.json").is_file()
         ours_dir, hf_dir = (work / "run" / "model", work / "hf") if done else classifier(work)
+
+        def ours(wait_ms: float):
+            return lambda port: [sys.executable, "-m", "bertzoo", "serve", str(ours_dir), "--port", str(port),
+                                 "--precision", args.precision, "--max-wait-ms", str(wait_ms)]  # fmt: skip
+
         sides = {
-            "bertzoo": lambda port: [
-                sys.executable,
-                "-m",
-                "bertzoo",
-                "serve",
-                str(ours_dir),
-                "--port",
-                str(port),
-                "--precision",
-                args.precision,
-                "--max-wait-ms",
-                str(args.max_wait_ms),
-            ],
-            "pipeline": lambda port: [sys.executable, __file__, "--reference-server", str(hf_dir), str(port)],
+            "bertzoo": ours(args.max_wait_ms),
+            # The reference side keeps its name below; with --reference no-wait it is bertzoo without the group wait.
+            "pipeline": ours(0.0)
+            if args.reference == "no-wait"
+            else (lambda port: [sys.executable, __file__, "--reference-server", str(hf_dir), str(port)]),
         }
         answers: dict[str, list] = {}
         processes: list[subprocess.Popen] = []
@@ -255,10 +258,14 @@ def main() -> None:
 
     # The same outputs: the pipeline gives every label's score (top_k=None); bertzoo its label and probabilities.
     labels_ours = [p["label"] for p in answers["bertzoo"]]
-    labels_ref = [max(p, key=lambda x: x["score"])["label"] for p in answers["pipeline"]]
+    if args.reference == "no-wait":
+        scored = [[{"label": k, "score": v} for k, v in p["probabilities"].items()] for p in answers["pipeline"]]
+    else:
+        scored = answers["pipeline"]
+    labels_ref = [max(p, key=lambda x: x["score"])["label"] for p in scored]
     diff = max(
         abs(ours["probabilities"][x["label"]] - x["score"])
-        for ours, ref in zip(answers["bertzoo"], answers["pipeline"], strict=True)
+        for ours, ref in zip(answers["bertzoo"], scored, strict=True)
         for x in ref
     )
     from inference_throughput import minilm_dir
@@ -273,21 +280,25 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     peak_fp32 = gemm_rate(2048, 2048, 2048, torch.float32, torch.device("cpu"))  # the pipeline's, and fp32 bertzoo's
     peak_ours = gemm_rate(2048, 2048, 2048, torch.bfloat16, torch.device("cpu")) if precision == "bf16" else peak_fp32
+    reference = "no wait" if args.reference == "no-wait" else "pipeline"
+    peak_ref = peak_ours if args.reference == "no-wait" else peak_fp32
     print(
         f"MiniLM-L6 topic classifier over HTTP, one Wikipedia sentence per request (mean {lengths.mean():.0f} tokens, "
         f"{per_request / 1e9:.3f} GFLOP per request), {seconds:g} s per level, {args.threads} threads per server, "
-        f"bertzoo {precision}, pipeline fp32, CPU {cpu_capability()}"
+        f"bertzoo {precision}, {reference} {precision if args.reference == 'no-wait' else 'fp32'}, "
+        f"CPU {cpu_capability()}"
     )
     print(f"same labels on 32 texts: {labels_ours == labels_ref}; largest probability difference {diff:.1e}")
     ratios = {}
     for level in map(str, LEVELS):
         measured = levels[level]
         ratios[level] = round(measured["bertzoo"]["requests_per_s"] / measured["pipeline"]["requests_per_s"], 2)
-        for name, peak in (("bertzoo", peak_ours), ("pipeline", peak_fp32)):
+        for name, label, peak in (("bertzoo", "bertzoo", peak_ours), ("pipeline", reference, peak_ref)):
             r = measured[name]
+            mfu = r["requests_per_s"] * per_request / peak
             print(
-                f"  {level:>2} in flight  {name:>8}: {r['requests_per_s']:8.1f} requests/s, p50 {r['p50_ms']:7.1f} ms, "
-                f"p99 {r['p99_ms']:7.1f} ms, MFU {r['requests_per_s'] * per_request / peak:.2%}"
+                f"  {level:>2} in flight  {label:>8}: {r['requests_per_s']:8.1f} requests/s, "
+                f"p50 {r['p50_ms']:7.1f} ms, p99 {r['p99_ms']:7.1f} ms, MFU {mfu:.2%}"
             )
         turns = ", ".join(f"{x:.2f}" for x in measured["round_ratios"])
         print(f"  {level:>2} in flight  ratio {ratios[level]:.2f}x (by round: {turns})")
@@ -301,6 +312,7 @@ def main() -> None:
                 "gflop_per_request": round(per_request / 1e9, 4),
                 "peak_gflops": round(peak_ours / 1e9, 1),
                 "peak_gflops_fp32": round(peak_fp32 / 1e9, 1),
+                "reference": args.reference,
                 "rounds": args.rounds,
                 "max_wait_ms": args.max_wait_ms,
                 "results": levels,

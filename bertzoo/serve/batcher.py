@@ -5,7 +5,7 @@ group in one call on the model's executor (the event loop keeps accepting reques
 wait, up to `max_wait_s`, for the requests the recent load says are coming: it waits while it holds fewer requests
 than were open at once during the previous call (clients answered by that call send their next requests within
 a millisecond or two). So under steady load the groups fill up, while a lone client's request never waits: with 8
-clients, a 2 ms wait took the groups from 4 requests to 8 and MiniLM from 322 to 402 requests/s on 2 cores. A
+clients, a 2 ms wait took the groups from 4 requests to 8 and MiniLM from 346 to 420 requests/s on 2 cores. A
 group stops at `max_batch` inputs. Requests of different kinds or options in the same group run as one call per
 kind. Each request gets back its own slice of the results, or the error its call raised.
 """
