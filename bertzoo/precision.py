@@ -9,6 +9,7 @@ short matmul probe on CPUs, before it picks bf16.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 import warnings
@@ -138,6 +139,12 @@ def resolve_precision(spec: str, device: torch.device) -> Precision:
 def autocast_dtype(precision: str) -> torch.dtype | None:
     """The autocast dtype of a resolved precision (None: no autocast)."""
     return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+
+
+def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+    """Autocast to a resolved `precision`'s dtype on `device`, or nothing for fp32."""
+    dtype = autocast_dtype(precision)
+    return contextlib.nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
 
 
 def inference_weights(model: torch.nn.Module, precision: str) -> torch.nn.Module:

@@ -10,7 +10,6 @@ the one-big-batch gradient (docs/scaling.md); other objectives use the mean of m
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import warnings
@@ -29,15 +28,9 @@ from bertzoo.engine.parallel import Parallel
 from bertzoo.engine.resume import RESUME_HINT
 from bertzoo.engine.weights import unwrap
 from bertzoo.errors import BertzooError
-from bertzoo.precision import autocast_dtype
+from bertzoo.precision import autocast
 
 MAX_CONSECUTIVE_SKIPS = 10
-
-
-def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
-    """Autocast to `precision`'s dtype on `device`, or nothing for fp32."""
-    dtype = autocast_dtype(precision)
-    return contextlib.nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
 
 
 def step_counts(

@@ -56,11 +56,10 @@ class Runner:
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         """bf16 autocast when the runner's precision is bf16 (`auto` on a device that runs it natively)."""
-        from bertzoo.precision import autocast_dtype
+        from bertzoo.precision import autocast
 
-        dtype = autocast_dtype(self.precision)
-        device = next(self.encoder.parameters()).device.type if self.encoder is not None else "cpu"
-        return torch.autocast(device, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+        device = next(self.encoder.parameters()).device if self.encoder is not None else torch.device("cpu")
+        return autocast(self.precision, device)
 
     def run_embed(self, texts: list[str], normalize: bool | None) -> np.ndarray:
         """(texts, hidden) float32 sentence vectors, in order."""

@@ -7,7 +7,6 @@ the speed-up over running texts in their given order on mixed-length data.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -19,7 +18,7 @@ from tqdm.auto import tqdm
 
 from bertzoo.batch import pad_batch
 from bertzoo.errors import ConfigError, DataError
-from bertzoo.precision import autocast_dtype, inference_weights, resolve_precision
+from bertzoo.precision import autocast, inference_weights, resolve_precision
 from bertzoo.tasks.base import pool_states
 
 Pooling = Literal["cls", "mean", "pooler", "last"]
@@ -56,12 +55,11 @@ def encode(
     device = next(encoder.parameters()).device
     ids, order = tokenize_sorted(tokenizer, texts, max_length)
     out = np.zeros((len(texts), encoder.config.hidden_size), dtype=np.float32)
-    dtype = autocast_dtype(resolve_precision(precision, device))
-    autocast = torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+    autocasting = autocast(resolve_precision(precision, device), device)
     was_training = encoder.training
     encoder.eval()
     try:
-        with torch.inference_mode(), autocast:
+        with torch.inference_mode(), autocasting:
             starts = range(0, len(order), batch_size)
             for start in tqdm(starts, desc="embed", unit="batch", disable=not progress, leave=False):
                 chunk = order[start : start + batch_size]

@@ -16,21 +16,10 @@ from bertzoo.train.embed import encode
 from bertzoo.train.evaluate import predict_inputs
 
 from helpers.attention import save_tiny_model
-from helpers.finetune import tiny_finetune_config, write_task_files
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.filterwarnings("ignore:precision bf16 on a CPU")]
 
 TEXTS = ["the apple and a fig", "a blue boat on the train", "pink", "it is red and it is gray", "of the bus"]
-
-
-@pytest.fixture(scope="module")
-def classifier(tmp_path_factory):
-    from bertzoo.train.finetune import finetune
-
-    root = tmp_path_factory.mktemp("runner")
-    paths = write_task_files(root / "data")
-    finetune(tiny_finetune_config(paths, root / "run", epochs=1))
-    return root / "run" / "model"
 
 
 def dtypes(model: nn.Module, kind: type) -> set[torch.dtype]:

@@ -19,22 +19,11 @@ from bertzoo.loading import load_encoder
 from bertzoo.train.embed import encode
 
 from helpers.attention import save_tiny_model
-from helpers.finetune import tiny_finetune_config, write_task_files
 from helpers.serving import serving, start
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 TEXTS = ["the apple and a fig", "a blue boat on the train", "pink", "it is red and it is gray", "of the bus"]
-
-
-@pytest.fixture(scope="module")
-def classifier(tmp_path_factory):
-    from bertzoo.train.finetune import finetune
-
-    root = tmp_path_factory.mktemp("served")
-    paths = write_task_files(root / "data")
-    finetune(tiny_finetune_config(paths, root / "run", epochs=2))
-    return root / "run" / "model"
 
 
 @pytest.fixture(scope="module")
